@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs agentrl into ./.venv on a fresh machine: system packages (bubblewrap for the
+# sandbox, wamerican for Wordle) where we can, the CPU torch wheel first, then the project.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+  if ! command -v bwrap >/dev/null || [[ ! -f /usr/share/dict/words ]]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap wamerican) >/dev/null 2>&1 \
+      || echo "setup: could not apt-get install bubblewrap/wamerican; the sandbox falls back to rlimits only" >&2
+  fi
+fi
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+# torch first: the pinned CPU wheel lies on this machine's disk; an unpinned torch would pull a CUDA build.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
+.venv/bin/pip install -q -e ".[test]"

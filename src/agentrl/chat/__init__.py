@@ -1,0 +1,1 @@
+"""Chat: chat templates, token-in/token-out encoding, tool-call parsing."""

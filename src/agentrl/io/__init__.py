@@ -1,0 +1,1 @@
+"""I/O: results file (atomic), console log, plots."""

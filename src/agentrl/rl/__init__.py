@@ -1,0 +1,1 @@
+"""RL: config, advantages, losses, the GRPO trainer loop, checkpoints."""

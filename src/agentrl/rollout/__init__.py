@@ -1,0 +1,1 @@
+"""Rollout: samplers (HF generate), the multi-turn episode driver, trajectories."""

@@ -1,0 +1,115 @@
+"""The sandbox's public types: limits, one-shot run results, per-test reports, test jobs.
+
+This module is the contract between the sandbox and its callers (task checks, environments,
+graders); it holds data only. Execution lives in the backend modules of this package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+TestStatus = Literal["pass", "fail", "error", "timeout"]
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits applied to every sandboxed child, before any repository code is imported.
+
+    Attributes:
+        timeout_s: wall-clock limit of one call, seconds (a call may lower it, never raise it).
+        cpu_s: RLIMIT_CPU, CPU-seconds.
+        memory_bytes: RLIMIT_AS, bytes of address space.
+        file_size_bytes: RLIMIT_FSIZE, bytes per written file.
+        max_output_bytes: cap on each captured stream (stdout, stderr); the rest is cut with a mark.
+        max_processes: new processes the child may start (0: none).
+    """
+
+    timeout_s: float = 10.0
+    cpu_s: int = 5
+    memory_bytes: int = 1 << 30
+    file_size_bytes: int = 1 << 20
+    max_output_bytes: int = 64 * 1024
+    max_processes: int = 0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one sandboxed command.
+
+    Attributes:
+        exit_code: the child's exit status; negative for a signal; None if it never started.
+        stdout, stderr: captured text (decoded with replacement), each capped at max_output_bytes,
+            ending in a visible truncation mark when cut.
+        timed_out: True if the wall-clock limit killed the child.
+        wall_clock_s: seconds from start to reap.
+        truncated: True if either stream was cut.
+        backend: which isolation backend ran it ("bwrap" or "rlimit").
+        files: the work dir's text files after the run (path -> text) when asked for, else None.
+        error: a sandbox-side failure (could not start, ...), else None.
+    """
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    wall_clock_s: float
+    truncated: bool = False
+    backend: str = ""
+    files: dict[str, str] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TestJob:
+    """Grade `tests` against `files`: each test runs after `setup` and `from <module> import *`.
+
+    The grader copies only `files` (the source under test) plus its own harness; it never runs
+    test files, conftest.py or anything else from the agent's repository.
+    """
+
+    files: dict[str, str]
+    module: str
+    tests: tuple[str, ...]
+    setup: str = ""
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One test's result: status is parsed from the harness's marked report, never guessed."""
+
+    index: int
+    status: TestStatus
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TestReport:
+    """Per-test outcomes of one TestJob.
+
+    `error` is set when no trustworthy per-test report exists (import of the module failed, the
+    process died, the report marker was missing or forged); then every test counts as not passed.
+    """
+
+    outcomes: tuple[TestOutcome, ...]
+    run: RunResult
+    error: str | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def passed(self) -> int:
+        return sum(o.status == "pass" for o in self.outcomes)
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of tests that passed, in [0, 1]; 0.0 for a job with no tests."""
+        return self.passed / self.total if self.total else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        return self.total > 0 and self.passed == self.total
