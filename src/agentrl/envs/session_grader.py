@@ -1,0 +1,196 @@
+"""Grade a python-session episode so that state left in the live session cannot forge a pass.
+
+What it does (the method, with its limits, is documented in docs/envs.md):
+1. The graded module is rebuilt from the agent's code, never taken from the live session: the
+   top-level imports, function and class definitions, and assignments to plain names of every cell
+   that parsed, in the order they ran. Expression statements, asserts, loops, attribute/subscript
+   assignments (`builtins.len = ...`, `math.pi = ...`) are dropped.
+2. It runs in a fresh sandbox process (agentrl.sandbox.run_tests), behind a prelude that snapshots
+   builtins and every loaded module before any agent code runs, and an epilogue that restores them.
+3. Each test is rewritten with `ast` so that every call to a function the agent defined is wrapped
+   in a trusted converter that turns the result into exact builtin data (int, str, list, dict, ...)
+   through the base types' own methods; objects that lie about equality, truthiness or hashing,
+   and builtin subclasses with patched methods, never reach the test's comparison.
+Not a security boundary against code that sabotages the grader at call time (frame walking, gc);
+the sandbox's process isolation is what bounds that.
+"""
+
+from __future__ import annotations
+
+import ast
+import secrets
+
+from agentrl.sandbox.api import TestJob
+
+_KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+# The trusted converter and the builtins/module snapshot. `{g}` is a fresh random suffix per grading.
+_PRELUDE = '''\
+import builtins as _b{g}, sys as _s{g}
+{preimports}
+def _mk{g}():
+    _type, _iter, _len, _hasattr, _isinst, _glist = type, iter, len, hasattr, isinstance, list
+    _isub = issubclass
+    _int, _float, _str, _bytes, _list, _tuple, _dict, _set, _fset = int, float, str, bytes, list, tuple, dict, set, frozenset
+    _plain_atoms = (_type(None), bool, complex, range)
+    _TE = TypeError
+    _snap_b = _dict(_b{g}.__dict__)
+    _snap_m = {{n: (m, _dict(m.__dict__)) for n, m in _list(_s{g}.modules.items()) if n != __name__ and hasattr(m, "__dict__")}}
+    def plain(x, depth=0):
+        if depth > 100:
+            raise _TE("result nests deeper than 100 levels")
+        t = _type(x)
+        if t in _plain_atoms:
+            return x
+        if _isub(t, _int): return _int.__index__(x)
+        if _isub(t, _float): return _float.__float__(x)
+        if _isub(t, _str): return _str.__str__(x)
+        if _isub(t, _bytes): return _bytes.__bytes__(x)
+        if _isub(t, _list): return [plain(v, depth + 1) for v in _list.__iter__(x)]
+        if _isub(t, _tuple): return _tuple([plain(v, depth + 1) for v in _tuple.__iter__(x)])
+        if _isub(t, _dict): return {{plain(k, depth + 1): plain(v, depth + 1) for k, v in _dict.items(x)}}
+        if _isub(t, _fset): return _fset([plain(v, depth + 1) for v in _fset.__iter__(x)])
+        if _isub(t, _set): return _set([plain(v, depth + 1) for v in _set.__iter__(x)])
+        if _hasattr(t, "__next__"):
+            items = []
+            for v in x:
+                if _len(items) >= 1000000:
+                    raise _TE("iterator result yields more than 10**6 items")
+                items.append(plain(v, depth + 1))
+            return _iter(items)
+        raise _TE("result of type %s is not plain data (expected int, float, str, bytes, list, tuple, dict, set, None, bool)" % t.__name__)
+    def restore():
+        cur = _b{g}.__dict__
+        for k in _list(cur):
+            if k not in _snap_b: del cur[k]
+        for k, v in _snap_b.items():
+            if cur.get(k, _TE) is not v: cur[k] = v
+        for n, (m, d) in _snap_m.items():
+            if _s{g}.modules.get(n) is not m: _s{g}.modules[n] = m
+            cur = m.__dict__
+            for k in _list(cur):
+                if k not in d:
+                    try: del cur[k]
+                    except Exception: pass
+            for k, v in d.items():
+                if cur.get(k, _TE) is not v:
+                    try: cur[k] = v
+                    except Exception: pass
+    def exports(ns):
+        names = ns.get("__all__")
+        if not _isinst(names, (_glist, _tuple)):
+            names = [k for k in _glist(ns) if not k.startswith("_")]
+        return [n for n in names if _isinst(n, _str)] + ["_plain{g}"]
+    return plain, restore, exports
+_plain{g}, _restore{g}, _exports{g} = _mk{g}()
+del _mk{g}
+# ---- agent code ----
+'''
+
+_EPILOGUE = '''
+# ---- epilogue ----
+_restore{g}()
+__all__ = _exports{g}(globals())
+'''
+
+
+def definitions(cells: list[str]) -> tuple[str, set[str]]:
+    """The kept top-level statements of `cells` (see module docstring) and the names they bind.
+
+    Cells that do not parse are skipped (they defined nothing in the session either).
+    """
+    kept: list[str] = []
+    names: set[str] = set()
+    for cell in cells:
+        try:
+            tree = ast.parse(cell)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if _keep(node):
+                kept.append(ast.get_source_segment(cell, node) or ast.unparse(node))
+                names |= _bound_names(node)
+    return "\n".join(kept) + "\n", names
+
+
+def _keep(node: ast.stmt) -> bool:
+    if isinstance(node, _KEPT):
+        return True
+    if isinstance(node, ast.Assign):
+        return all(_plain_target(t) for t in node.targets)
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        return isinstance(node.target, ast.Name)
+    return False
+
+
+def _plain_target(t: ast.expr) -> bool:
+    if isinstance(t, ast.Name):
+        return True
+    return isinstance(t, (ast.Tuple, ast.List)) and all(_plain_target(e) for e in t.elts)
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+class _WrapCalls(ast.NodeTransformer):
+    def __init__(self, names: set[str], wrapper: str):
+        self.names, self.wrapper = names, wrapper
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in self.names:
+            return ast.Call(func=ast.Name(self.wrapper, ast.Load()), args=[node], keywords=[])
+        return node
+
+
+def harden_test(test: str, names: set[str], wrapper: str) -> str:
+    """Rewrite `test` so each call to a name in `names` passes through `wrapper(...)`.
+
+    A test that does not parse is returned unchanged (it fails in the sandbox as written).
+    """
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return test
+    tree = ast.fix_missing_locations(_WrapCalls(names, wrapper).visit(tree))
+    return ast.unparse(tree)
+
+
+def _setup_modules(setup: str, tests: tuple[str, ...]) -> list[str]:
+    """Top-level module names the test setup and tests import (pre-imported so the snapshot covers them)."""
+    mods: set[str] = set()
+    for src in (setup, *tests):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                mods |= {a.name.split(".")[0] for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                mods.add(n.module.split(".")[0])
+    return sorted(mods)
+
+
+def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: str = "",
+                 extra_names: tuple[str, ...] = (), timeout_s: float | None = None) -> TestJob:
+    """A TestJob that grades `tests` against the definitions in `cells`, hardened as described above.
+
+    Args:
+        cells: code the agent ran, in order.
+        module: import name of the graded file (written as `<module>.py`).
+        tests: the hidden test snippets (each usually one `assert`).
+        setup: code run before each test (e.g. MBPP's test_imports).
+        extra_names: more names whose calls are wrapped (e.g. the task's entry point).
+    """
+    g = secrets.token_hex(8)
+    code, names = definitions(cells)
+    pre = "\n".join(f"import {m}" for m in _setup_modules(setup, tests) if m.isidentifier())
+    source = _PRELUDE.format(g=g, preimports=pre) + code + _EPILOGUE.format(g=g)
+    wrapped = tuple(harden_test(t, names | set(extra_names), f"_plain{g}") for t in tests)
+    return TestJob(files={f"{module}.py": source}, module=module, tests=wrapped, setup=setup, timeout_s=timeout_s)
