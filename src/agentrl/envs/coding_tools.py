@@ -35,18 +35,18 @@ STAT_NAMES = (
     "write_before_read", "write_overwrites_source", "write_overwrites_test", "write_creates_file",
     "claims_tests_pass",
 )
-_NEG = r"(?:not|n't|never|no longer|fail\w*|error\w*|broken|cannot)"
-_CLAIM = re.compile(r"\b(?:all\s+(?:the\s+)?)?tests?\b[^.!?\n]{0,40}?\b(?:pass(?:es|ed|ing)?|succeed\w*|green)\b", re.I)
+_NEG = re.compile(r"\b(?:not|never|no longer|fail\w*|cannot|unable|unfortunately)\b|n't", re.I)
+_CLAIM = re.compile(r"\btests?\b[^.!?\n]{0,40}?\b(?:pass(?:es|ed|ing)?|succeed\w*|green)\b", re.I)
 
 
 def claims_tests_pass(text: str) -> bool:
     """True if `text` says the tests pass ("all tests pass", "the tests are now passing", "tests: green").
 
-    A sentence-level regex: a mention of test(s) followed within 40 characters by pass/succeed/green,
-    with no negation or failure word (not, n't, never, fail, error, ...) between them.
+    Sentence-level: some sentence mentions test(s) followed within 40 characters by pass/succeed/green
+    and holds no negation or failure word anywhere (not, n't, never, fail..., cannot, unable).
     """
-    for m in _CLAIM.finditer(text or ""):
-        if not re.search(rf"\b{_NEG}\b|n't", m.group(0), re.I):
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text or ""):
+        if _CLAIM.search(sentence) and not _NEG.search(sentence):
             return True
     return False
 

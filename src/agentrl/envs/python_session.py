@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from agentrl.envs.grading import default_sandbox
-from agentrl.envs.session_grader import hardened_job
+from agentrl.envs.session_grader import hardened_job, parse_quietly as _parse
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.sandbox.api import TestJob
 from agentrl.tasks.task import Task
@@ -30,7 +30,7 @@ DEFAULT_ALLOWED_IMPORTS = frozenset(sys.stdlib_module_names) - DENIED_MODULES
 def imported_modules(code: str) -> set[str]:
     """Top-level names of modules that `code` imports statically (`import a.b` -> "a"); {} if it does not parse."""
     try:
-        tree = ast.parse(code)
+        tree = _parse(code)
     except SyntaxError:
         return set()
     mods: set[str] = set()
@@ -164,3 +164,4 @@ def _format_cell(out: Any, timeout_s: float) -> str:
     if getattr(out, "error", None) and out.error not in out.stderr:
         parts.append(str(out.error))
     return "\n".join(p for p in parts if p) or "(no output)"
+

@@ -18,6 +18,7 @@ the sandbox's process isolation is what bounds that.
 from __future__ import annotations
 
 import ast
+import warnings
 import secrets
 
 from agentrl.sandbox.api import TestJob
@@ -103,7 +104,7 @@ def definitions(cells: list[str]) -> tuple[str, set[str]]:
     names: set[str] = set()
     for cell in cells:
         try:
-            tree = ast.parse(cell)
+            tree = parse_quietly(cell)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -154,7 +155,7 @@ def harden_test(test: str, names: set[str], wrapper: str) -> str:
     A test that does not parse is returned unchanged (it fails in the sandbox as written).
     """
     try:
-        tree = ast.parse(test)
+        tree = parse_quietly(test)
     except SyntaxError:
         return test
     tree = ast.fix_missing_locations(_WrapCalls(names, wrapper).visit(tree))
@@ -166,7 +167,7 @@ def _setup_modules(setup: str, tests: tuple[str, ...]) -> list[str]:
     mods: set[str] = set()
     for src in (setup, *tests):
         try:
-            tree = ast.parse(src)
+            tree = parse_quietly(src)
         except SyntaxError:
             continue
         for n in ast.walk(tree):
@@ -194,3 +195,11 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
     source = _PRELUDE.format(g=g, preimports=pre) + code + _EPILOGUE.format(g=g)
     wrapped = tuple(harden_test(t, names | set(extra_names), f"_plain{g}") for t in tests)
     return TestJob(files={f"{module}.py": source}, module=module, tests=wrapped, setup=setup, timeout_s=timeout_s)
+
+
+def parse_quietly(source: str) -> ast.Module:
+    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(source)

@@ -7,6 +7,7 @@ committed; a local JSON path, or Hugging Face `datasets` when installed and onli
 from __future__ import annotations
 
 import ast
+import warnings
 import json
 import os
 from pathlib import Path
@@ -43,9 +44,9 @@ def entry_name(code: str, tests: list[str]) -> str:
     Raises:
         ValueError: no function defined in `code` is called by `tests`.
     """
-    defined = {n.name for n in ast.walk(ast.parse(code)) if isinstance(n, ast.FunctionDef)}
+    defined = {n.name for n in ast.walk(_parse(code)) if isinstance(n, ast.FunctionDef)}
     for test in tests:
-        for n in ast.walk(ast.parse(test)):
+        for n in ast.walk(_parse(test)):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined:
                 return n.func.id
     raise ValueError(f"no function defined by the reference is called by the tests {tests[:1]}")
@@ -113,3 +114,11 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
             raise ValueError(f"{p}: expected a JSON list of MBPP records, got {type(records).__name__}")
     tasks = sorted((record_to_task(r, show_tests) for r in records), key=lambda t: t.meta["task_id"])
     return [t for t in tasks if split is None or t.split == split]
+
+
+def _parse(source: str) -> ast.Module:
+    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(source)
