@@ -14,7 +14,7 @@ MINMAX_SRC = '''def stack_peak(values):
 '''
 
 ZERO_SRC = '''def ratio_share(part, whole):
-    """part / whole, or 0.0 when whole is zero."""
+    """The share of part in whole; 0.0 when whole is zero."""
     return part / whole
 '''
 

@@ -1,13 +1,15 @@
 """`check_env`: verify an environment the way Gymnasium's env checker does. Not a test runner.
 
-Checks: the tool schemas are valid JSON Schema and match what the tools accept; reset is
-deterministic under a seed; reset clears all state; the scripted expert (the reference solution)
+Checks: the tool schemas are valid JSON Schema and match what the tools accept; reset and the
+expert's episode are deterministic under a seed (tool output compared with wall-clock durations
+masked); reset clears all state; the scripted expert (the reference solution)
 scores 1.0; an episode ends with an end_reason after at most max_turns turns.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import jsonschema
@@ -63,13 +65,18 @@ def _check_probes(env: Env, task: Task, seed: int) -> list[str]:
     return problems
 
 
+# Wall-clock durations in tool output ("1 passed in 0.05s", "[timed out after 0.5 s]") are the one
+# thing a deterministic environment may not reproduce; the determinism check masks them.
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?s\b")
+
+
 def _episode(env: Env, task: Task, seed: int, turns: list[list[ToolCall]]) -> tuple[Any, ...]:
     obs = env.reset(task, seed=seed)
     contents = []
     for calls in turns:
         if env.done:
             break
-        contents.append(tuple((r.status, r.content) for r in env.step(calls)))
+        contents.append(tuple((r.status, _DURATION.sub("<t>s", r.content)) for r in env.step(calls)))
     if not env.done:
         env.final_answer("done")
     return obs, tuple(contents), env.reward(), env.end_reason, tuple(sorted(env.stats().items()))

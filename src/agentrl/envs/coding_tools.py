@@ -224,7 +224,10 @@ class CodingToolsEnv(ToolEnv):
         if kind == "pytest" or any(posixpath_basename(a).startswith("test_") for a in cmd.argv[1:2]):
             self._bump("test_runs")
         timeout_s = None if timeout_ms is None else timeout_ms / 1000.0
-        result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
+        try:
+            result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
+        except ValueError as e:  # the sandbox refuses the argv (e.g. a script outside the work dir)
+            raise BashError(str(e)) from None
         for path, text in returned_files(result.files).items():
             if self.files.get(path) != text:
                 self.files[path] = text

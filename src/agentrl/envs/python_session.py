@@ -109,15 +109,15 @@ class PythonSessionEnv(ToolEnv):
         if self._session is None:
             self._session = self.sandbox.session()
         out = self._session.execute(code, timeout_s=self.cell_timeout_s)
-        if getattr(out, "restarted", False):
+        lost = out.timed_out or out.error is not None  # the worker was killed mid-cell: nothing of it stays
+        if out.restarted:
             self._bump("session_restarts")
-            self.cells = []  # the session lost every earlier definition
+            self.cells = []  # every earlier definition is gone from the session, so from grading too
         if out.timed_out:
             self._bump("cell_timeouts")
-            self.cells = []  # the timed-out session was killed; its state is gone
-        else:
+        if not lost:
             self.cells.append(code)
-        if getattr(out, "error", None):
+        if lost or "Traceback (most recent call last)" in out.stderr:
             self._bump("cell_errors")
         return _format_cell(out, self.cell_timeout_s)
 
@@ -156,12 +156,10 @@ class PythonSessionEnv(ToolEnv):
 
 
 def _format_cell(out: Any, timeout_s: float) -> str:
+    """stdout, stderr (the sandbox already notes restarts there), then a timeout or sandbox-error note."""
     parts = [out.stdout.rstrip("\n"), out.stderr.rstrip("\n")]
     if out.timed_out:
-        parts.append(f"[timed out after {timeout_s:g} s; the session was restarted and earlier state is lost]")
-    elif getattr(out, "restarted", False):
-        parts.append("[the session had crashed and was restarted; earlier state is lost]")
-    if getattr(out, "error", None) and out.error not in out.stderr:
-        parts.append(str(out.error))
+        parts.append(f"[timed out after {timeout_s:g} s]")
+    elif out.error:
+        parts.append(f"[sandbox error: {out.error}]")
     return "\n".join(p for p in parts if p) or "(no output)"
-
