@@ -7,10 +7,11 @@ What it does (the method, with its limits, is documented in docs/envs.md):
    assignments (`builtins.len = ...`, `math.pi = ...`) are dropped.
 2. It runs in a fresh sandbox process (agentrl.sandbox.run_tests), behind a prelude that snapshots
    builtins and every loaded module before any agent code runs, and an epilogue that restores them.
-3. Each test is rewritten with `ast` so that every call to a function the agent defined is wrapped
-   in a trusted converter that turns the result into exact builtin data (int, str, list, dict, ...)
-   through the base types' own methods; objects that lie about equality, truthiness or hashing,
-   and builtin subclasses with patched methods, never reach the test's comparison.
+3. Each test is rewritten with `ast` so that every read of a name the agent defined goes through a
+   trusted guard: values, and the results of calling agent functions, become exact builtin data
+   (int, str, list, dict, ...) built through the base types' own methods; objects that lie about
+   equality, truthiness or hashing, and builtin subclasses with patched methods, never reach the
+   test's comparison. Each test first restores the snapshot again (undoing call-time patches).
 Not a security boundary against code that sabotages the grader at call time (frame walking, gc);
 the sandbox's process isolation is what bounds that.
 """
@@ -30,7 +31,7 @@ _PRELUDE = '''\
 import builtins as _b{g}, sys as _s{g}
 {preimports}
 def _mk{g}():
-    _type, _iter, _len, _hasattr, _isinst, _glist = type, iter, len, hasattr, isinstance, list
+    _type, _iter, _len, _hasattr, _isinst, _glist, _callable = type, iter, len, hasattr, isinstance, list, callable
     _isub = issubclass
     _int, _float, _str, _bytes, _list, _tuple, _dict, _set, _fset = int, float, str, bytes, list, tuple, dict, set, frozenset
     _plain_atoms = (_type(None), bool, complex, range)
@@ -77,13 +78,19 @@ def _mk{g}():
                 if cur.get(k, _TE) is not v:
                     try: cur[k] = v
                     except Exception: pass
+    def guard(obj):
+        if not _callable(obj):
+            return plain(obj)
+        def guarded(*args, **kwargs):
+            return plain(obj(*args, **kwargs))
+        return guarded
     def exports(ns):
         names = ns.get("__all__")
         if not _isinst(names, (_glist, _tuple)):
             names = [k for k in _glist(ns) if not k.startswith("_")]
-        return [n for n in names if _isinst(n, _str)] + ["_plain{g}"]
-    return plain, restore, exports
-_plain{g}, _restore{g}, _exports{g} = _mk{g}()
+        return [n for n in names if _isinst(n, _str)] + ["_guard{g}", "_restore{g}"]
+    return guard, restore, exports
+_guard{g}, _restore{g}, _exports{g} = _mk{g}()
 del _mk{g}
 # ---- agent code ----
 '''
@@ -96,7 +103,8 @@ __all__ = _exports{g}(globals())
 
 
 def definitions(cells: list[str]) -> tuple[str, set[str]]:
-    """The kept top-level statements of `cells` (see module docstring) and the names they bind.
+    """The kept top-level statements of `cells` (see module docstring) and the names they define
+    (functions, classes, assigned names; not imported names).
 
     Cells that do not parse are skipped (they defined nothing in the session either).
     """
@@ -134,23 +142,27 @@ def _bound_names(node: ast.stmt) -> set[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+        return set()  # imported stdlib names are not the agent's values; the snapshot restores modules
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-class _WrapCalls(ast.NodeTransformer):
+class _GuardNames(ast.NodeTransformer):
     def __init__(self, names: set[str], wrapper: str):
         self.names, self.wrapper = names, wrapper
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id in self.names:
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if isinstance(node.ctx, ast.Load) and node.id in self.names:
             return ast.Call(func=ast.Name(self.wrapper, ast.Load()), args=[node], keywords=[])
         return node
 
 
-def harden_test(test: str, names: set[str], wrapper: str) -> str:
-    """Rewrite `test` so each call to a name in `names` passes through `wrapper(...)`.
+def harden_test(test: str, names: set[str], wrapper: str, restore: str | None = None) -> str:
+    """Rewrite `test` so every read of a name in `names` goes through `wrapper(name)`.
+
+    The wrapper returns plain data for a value and, for a callable, a function that returns its
+    result as plain data (so `f(x)`, `map(f, xs)` and `sorted(xs, key=f)` are all guarded).
+    With `restore`, the test first calls `restore()` (undoing builtins/module patches that an
+    earlier test's call left behind).
 
     A test that does not parse is returned unchanged (it fails in the sandbox as written).
     """
@@ -158,8 +170,8 @@ def harden_test(test: str, names: set[str], wrapper: str) -> str:
         tree = parse_quietly(test)
     except SyntaxError:
         return test
-    tree = ast.fix_missing_locations(_WrapCalls(names, wrapper).visit(tree))
-    return ast.unparse(tree)
+    tree = ast.fix_missing_locations(_GuardNames(names, wrapper).visit(tree))
+    return (f"{restore}()\n" if restore else "") + ast.unparse(tree)
 
 
 def _setup_modules(setup: str, tests: tuple[str, ...]) -> list[str]:
@@ -193,7 +205,7 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
     code, names = definitions(cells)
     pre = "\n".join(f"import {m}" for m in _setup_modules(setup, tests) if m.isidentifier())
     source = _PRELUDE.format(g=g, preimports=pre) + code + _EPILOGUE.format(g=g)
-    wrapped = tuple(harden_test(t, names | set(extra_names), f"_plain{g}") for t in tests)
+    wrapped = tuple(harden_test(t, names | set(extra_names), f"_guard{g}", f"_restore{g}") for t in tests)
     return TestJob(files={f"{module}.py": source}, module=module, tests=wrapped, setup=setup, timeout_s=timeout_s)
 
 
