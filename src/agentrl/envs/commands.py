@@ -35,6 +35,8 @@ def register(subparsers: Any) -> None:
     check.add_argument("--through-session", action="store_true",
                        help="play a real run_python episode per task instead of grading the reference directly")
     check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--test-timeout-s", type=float, default=None,
+                       help="per-test wall-clock limit of the grader (default: SandboxLimits.test_timeout_s)")
     check.set_defaults(func=main)
 
 
@@ -73,7 +75,10 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
         env.reset(task)
         jobs.append(env.grading_job([task.reference]))
         order.append(task)
-    for task, report in zip(order, sandbox.run_tests_batch(jobs) if jobs else []):
+    reports = sandbox.run_tests_batch(jobs) if jobs else []
+    # A sandbox-side failure (no trustworthy report, e.g. a pool worker lost) is retried once, alone.
+    reports = [sandbox.run_tests(j) if _infra_failure(r) else r for j, r in zip(jobs, reports)]
+    for task, report in zip(order, reports):
         rewards.append(report.fraction)
         passed = {o.index for o in report.outcomes if o.status == "pass"} if not report.error else set()
         shown_reward += len(passed & set(task.meta.get("shown_test_indices", ()))) / len(task.hidden_tests)
@@ -85,6 +90,10 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
     return {"n": n, "passed_all": sum(r == 1.0 for r in rewards), "ceiling": sum(r == 1.0 for r in rewards) / max(n, 1),
             "mean_reward": total / max(n, 1), "shown_share": shown_reward / total if total else 0.0,
             "failures": sorted(failures, key=lambda f: _id_key(f[0]))}
+
+
+def _infra_failure(report: Any) -> bool:
+    return bool(report.error) and report.error.startswith("sandbox failure")
 
 
 def _id_key(task_id: str) -> tuple[str, int]:
@@ -124,9 +133,14 @@ def bugfix_check(sandbox: Any, seed: int = 0) -> dict[str, dict[str, float]]:
 
 def main(args: argparse.Namespace) -> int:
     """Run `agentrl env check DATASET`; exit code 0 (numbers are reported, not judged)."""
-    from agentrl.sandbox import Sandbox
+    from dataclasses import replace
 
-    sandbox = Sandbox()
+    from agentrl.sandbox import Sandbox, SandboxLimits
+
+    limits = SandboxLimits()
+    if args.test_timeout_s is not None:
+        limits = replace(limits, test_timeout_s=args.test_timeout_s)
+    sandbox = Sandbox(limits=limits)
     t0 = time.perf_counter()
     if args.dataset == "bugfix":
         for env_name, fams in bugfix_check(sandbox, args.seed).items():

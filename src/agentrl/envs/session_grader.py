@@ -28,7 +28,7 @@ _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.
 
 # The trusted converter and the builtins/module snapshot. `{g}` is a fresh random suffix per grading.
 _PRELUDE = '''\
-import builtins as _b{g}, sys as _s{g}
+import builtins as _b{g}, sys as _s{g}, re as _re{g}
 {preimports}
 def _mk{g}():
     _type, _iter, _len, _hasattr, _isinst, _glist, _callable = type, iter, len, hasattr, isinstance, list, callable
@@ -36,6 +36,14 @@ def _mk{g}():
     _int, _float, _str, _bytes, _list, _tuple, _dict, _set, _fset = int, float, str, bytes, list, tuple, dict, set, frozenset
     _plain_atoms = (_type(None), bool, complex, range)
     _TE = TypeError
+    class Opaque:
+        """A stand-in for a stdlib object without plain data (re.Match): truthy, equal only to itself."""
+        __slots__ = ("kind",)
+        def __init__(self, kind):
+            self.kind = kind
+        def __repr__(self):
+            return "<%s>" % self.kind
+    _opaque_types = (_type(_re{g}.match("", "")), _type(_re{g}.compile("")))
     _snap_b = _dict(_b{g}.__dict__)
     _snap_m = {{n: (m, _dict(m.__dict__)) for n, m in _list(_s{g}.modules.items()) if n != __name__ and hasattr(m, "__dict__")}}
     def plain(x, depth=0):
@@ -53,6 +61,8 @@ def _mk{g}():
         if _isub(t, _dict): return {{plain(k, depth + 1): plain(v, depth + 1) for k, v in _dict.items(x)}}
         if _isub(t, _fset): return _fset([plain(v, depth + 1) for v in _fset.__iter__(x)])
         if _isub(t, _set): return _set([plain(v, depth + 1) for v in _set.__iter__(x)])
+        if t in _opaque_types:
+            return Opaque(t.__name__)
         if _hasattr(t, "__next__"):
             items = []
             for v in x:
@@ -86,8 +96,8 @@ def _mk{g}():
         return guarded
     def exports(ns):
         names = ns.get("__all__")
-        if not _isinst(names, (_glist, _tuple)):
-            names = [k for k in _glist(ns) if not k.startswith("_")]
+        if not _isinst(names, (_glist, _tuple)):  # like exec-ing code and tests in one namespace
+            names = [k for k in _glist(ns) if not k.startswith("__") and not k.endswith("{g}")]
         return [n for n in names if _isinst(n, _str)] + ["_guard{g}", "_restore{g}"]
     return guard, restore, exports
 _guard{g}, _restore{g}, _exports{g} = _mk{g}()
