@@ -20,7 +20,7 @@ ZERO_SRC = '''def ratio_share(part, whole):
 
 
 def _task(tid, family, src, entry, public, hidden, ops, reference):
-    test_file = "from {m} import *\n\n".format(m=entry) + "".join(
+    test_file = f"from {entry} import *\n\n" + "".join(
         f"def test_{i}():\n    {t}\n\n\n" for i, t in enumerate(public, 1))
     return Task(id=tid, family=family, split="train", files={f"{entry}.py": src, f"test_{entry}.py": test_file},
                 entry=entry, source_file=f"{entry}.py", public_tests=tuple(public), hidden_tests=tuple(hidden),

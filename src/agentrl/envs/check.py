@@ -8,6 +8,7 @@ scores 1.0; an episode ends with an end_reason after at most max_turns turns.
 
 from __future__ import annotations
 
+import inspect
 import random
 import re
 from typing import Any
@@ -40,6 +41,26 @@ def _check_schemas(env: Env, obs_tools: list[dict[str, Any]]) -> list[str]:
         problems.append(f"duplicate tool names: {names}")
     if obs_tools != env.tools():
         problems.append("Observation.tools differs from env.tools()")
+    return problems
+
+
+def _check_signatures(env: Env) -> list[str]:
+    """For ToolEnv tools: the handler's parameters equal the schema's properties, and exactly the
+    parameters without defaults are required."""
+    from agentrl.envs.toolenv import ToolEnv
+
+    if not isinstance(env, ToolEnv):
+        return []
+    problems = []
+    for spec in env._specs():
+        sig = inspect.signature(spec.handler)
+        params = {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        required = {n for n in params if sig.parameters[n].default is inspect.Parameter.empty}
+        props = set(spec.parameters.get("properties", {}))
+        if params != props or required != set(spec.parameters.get("required", [])):
+            problems.append(f"tool {spec.name}: schema properties {sorted(props)} (required "
+                            f"{sorted(spec.parameters.get('required', []))}) do not match the handler's "
+                            f"parameters {sorted(params)} (required {sorted(required)})")
     return problems
 
 
@@ -85,6 +106,8 @@ def _episode(env: Env, task: Task, seed: int, turns: list[list[ToolCall]]) -> tu
 def check_env(env: Env, task: Task, seed: int = 0) -> dict[str, Any]:
     """Run every check on `env` with `task`; return a summary, or raise EnvCheckError listing all problems.
 
+    An exception raised by the environment during a check is reported as a problem of that check.
+
     Returns:
         {"reward": expert reward, "turns": expert turns, "end_reason": ...}.
 
@@ -92,13 +115,27 @@ def check_env(env: Env, task: Task, seed: int = 0) -> dict[str, Any]:
         EnvCheckError: any check failed.
     """
     problems: list[str] = []
+    summary: dict[str, Any] = {}
+    for check in (_check_static, _check_expert, _check_reset_clears, _check_truncation):
+        try:
+            problems += check(env, task, seed, summary)
+        except Exception as e:  # an env bug found by the check, not a crash of the checker
+            problems.append(f"{check.__name__.removeprefix('_check_')}: {type(e).__name__}: {e}")
+    if problems:
+        raise EnvCheckError(f"{env.name} on {task.id}: " + "; ".join(problems))
+    return summary
+
+
+def _check_static(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
     fresh = env.reset(task, seed=seed)
-    fresh_stats = env.stats()
-    problems += _check_schemas(env, fresh.tools)
+    problems = _check_schemas(env, fresh.tools) + _check_signatures(env)
     if env.done or env.end_reason is not None:
         problems.append("env is done right after reset")
-    problems += _check_probes(env, task, seed)
+    return problems + _check_probes(env, task, seed)
 
+
+def _check_expert(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
+    problems = []
     turns = expert_turns(env.name, task, random.Random(seed))
     first = _episode(env, task, seed, turns)
     second = _episode(env, task, seed, turns)
@@ -108,21 +145,28 @@ def check_env(env: Env, task: Task, seed: int = 0) -> dict[str, Any]:
         problems.append(f"the reference solution scored {first[2]}, expected 1.0 (end_reason {first[3]})")
     if first[3] is None:
         problems.append("the episode ended without an end_reason")
+    summary.update(reward=first[2], turns=len(first[1]), end_reason=first[3])
+    return problems
 
-    mistakes = expert_turns(env.name, task, random.Random(seed + 1), random_op=True) if env.name in (
-        "edit-menu", "coding-tools") else [[ToolCall("__no_such_tool__", {})]]
-    play(env, task, mistakes + mistakes, seed=seed)
+
+def _check_reset_clears(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
+    fresh = env.reset(task, seed=seed)
+    fresh_stats = env.stats()
+    random_op = env.name in ("edit-menu", "coding-tools")
+    turns = expert_turns(env.name, task, random.Random(seed + 1), random_op=random_op)
+    play(env, task, [[ToolCall("__no_such_tool__", {})]] + turns + turns, seed=seed)
     again = env.reset(task, seed=seed)
     if again != fresh or env.stats() != fresh_stats or env.done:
-        problems.append("reset did not clear the state of the previous episode (observation, stats or done)")
+        return ["reset did not clear the state of the previous episode (observation, stats or done)"]
+    return []
 
+
+def _check_truncation(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
     env.reset(task, seed=seed)
     for _ in range(env.max_turns):
         if env.done:
             break
         env.step([ToolCall("__no_such_tool__", {})])
     if not env.done or env.end_reason != "out_of_turns":
-        problems.append(f"after max_turns={env.max_turns} bad turns the episode is not out_of_turns ({env.end_reason})")
-    if problems:
-        raise EnvCheckError(f"{env.name} on {task.id}: " + "; ".join(problems))
-    return {"reward": first[2], "turns": len(first[1]), "end_reason": first[3]}
+        return [f"after max_turns={env.max_turns} bad turns the episode is not out_of_turns ({env.end_reason})"]
+    return []

@@ -77,8 +77,8 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
         order.append(task)
     reports = sandbox.run_tests_batch(jobs) if jobs else []
     # A sandbox-side failure (no trustworthy report, e.g. a pool worker lost) is retried once, alone.
-    reports = [sandbox.run_tests(j) if _infra_failure(r) else r for j, r in zip(jobs, reports)]
-    for task, report in zip(order, reports):
+    reports = [sandbox.run_tests(j) if _infra_failure(r) else r for j, r in zip(jobs, reports, strict=False)]
+    for task, report in zip(order, reports, strict=False):
         rewards.append(report.fraction)
         passed = {o.index for o in report.outcomes if o.status == "pass"} if not report.error else set()
         shown_reward += len(passed & set(task.meta.get("shown_test_indices", ()))) / len(task.hidden_tests)

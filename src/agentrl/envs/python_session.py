@@ -12,7 +12,8 @@ import sys
 from typing import Any
 
 from agentrl.envs.grading import default_sandbox
-from agentrl.envs.session_grader import hardened_job, parse_quietly as _parse
+from agentrl.envs.session_grader import hardened_job
+from agentrl.envs.session_grader import parse_quietly as _parse
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.sandbox.api import TestJob
 from agentrl.tasks.task import Task

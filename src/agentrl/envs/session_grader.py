@@ -19,8 +19,8 @@ the sandbox's process isolation is what bounds that.
 from __future__ import annotations
 
 import ast
-import warnings
 import secrets
+import warnings
 
 from agentrl.sandbox.api import TestJob
 

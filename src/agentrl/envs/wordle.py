@@ -31,8 +31,8 @@ def feedback(guess: str, secret: str) -> tuple[str, ...]:
     if len(guess) != len(secret):
         raise ValueError(f"guess {guess!r} and secret have different lengths")
     out = ["absent"] * len(guess)
-    unmatched = Counter(s for g, s in zip(guess, secret) if g != s)
-    for i, (g, s) in enumerate(zip(guess, secret)):
+    unmatched = Counter(s for g, s in zip(guess, secret, strict=False) if g != s)
+    for i, (g, s) in enumerate(zip(guess, secret, strict=False)):
         if g == s:
             out[i] = "correct"
         elif unmatched[g] > 0:
@@ -101,7 +101,7 @@ class WordleEnv(ToolEnv):
         self.guesses.append((w, marks))
         self._bump("guesses")
         lines = [f"Guess {len(self.guesses)}/{self.max_guesses}: {w}"]
-        lines += [f"{c} {m}" for c, m in zip(w, marks)]
+        lines += [f"{c} {m}" for c, m in zip(w, marks, strict=False)]
         if w == self.secret:
             self._end("solved")
             lines.append("Solved!")

@@ -7,9 +7,9 @@ committed; a local JSON path, or Hugging Face `datasets` when installed and onli
 from __future__ import annotations
 
 import ast
-import warnings
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
