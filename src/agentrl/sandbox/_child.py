@@ -26,6 +26,9 @@ import socket
 import sys
 import traceback
 
+# Bound at launcher start, before repository code runs: a module that patches builtins.exec,
+# json or os.write cannot silence the harness or rewrite its reports.
+_exec, _compile, _write, _isinstance = exec, compile, os.write, isinstance
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _MSG_CAP = 4000
@@ -66,13 +69,29 @@ def apply_limits(limits, extra_processes=0):
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
 
 
+def _encode(value):
+    """Minimal JSON for str/int/bool values (independent of the json module, which jobs can patch)."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(int.__repr__(value))
+    out = ['"']
+    for ch in str.__str__(value):
+        code = ord(ch)
+        out.append(ch if 0x20 <= code < 0x7F and ch not in '"\\' else "\\u%04x" % code
+                   if code < 0x10000 else "\\ufffd")
+    out.append('"')
+    return "".join(out)
+
+
 def _reporter(fd, marker):
     def report(**fields):
         fields["k"] = marker
-        data = (json.dumps(fields) + "\n").encode()
+        line = "{" + ",".join(_encode(k) + ":" + _encode(v) for k, v in fields.items()) + "}\n"
+        data = line.encode("ascii")
         try:
             while data:
-                data = data[os.write(fd, data):]
+                data = data[_write(fd, data):]
         except OSError:
             pass
     return report
@@ -96,9 +115,9 @@ def _run_one_test(i, spec):
     signal.setitimer(signal.ITIMER_REAL, float(spec["test_timeout_s"]))
     try:
         if spec["setup"]:
-            exec(compile(spec["setup"], "<test setup>", "exec"), ns)
-        exec("from %s import *" % spec["module"], ns)
-        exec(compile(spec["tests"][i], "<test %d>" % i, "exec"), ns)
+            _exec(_compile(spec["setup"], "<test setup>", "exec"), ns)
+        _exec("from %s import *" % spec["module"], ns)
+        _exec(_compile(spec["tests"][i], "<test %d>" % i, "exec"), ns)
         return "pass", ""
     except _TestTimeout:
         return "timeout", "test ran past %.1f s" % float(spec["test_timeout_s"])

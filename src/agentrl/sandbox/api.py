@@ -94,6 +94,8 @@ class TestJob:
     test files, conftest.py or anything else from the agent's repository.
     """
 
+    __test__ = False  # not a pytest test class
+
     files: dict[str, str]
     module: str
     tests: tuple[str, ...]
@@ -104,6 +106,8 @@ class TestJob:
 @dataclass(frozen=True)
 class TestOutcome:
     """One test's result: status is parsed from the harness's marked report, never guessed."""
+
+    __test__ = False  # not a pytest test class
 
     index: int
     status: TestStatus
@@ -117,6 +121,8 @@ class TestReport:
     `error` is set when no trustworthy per-test report exists (import of the module failed, the
     process died, the report marker was missing or forged); then every test counts as not passed.
     """
+
+    __test__ = False  # not a pytest test class
 
     outcomes: tuple[TestOutcome, ...]
     run: RunResult
