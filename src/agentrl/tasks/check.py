@@ -15,6 +15,7 @@ from agentrl.sandbox.api import TestJob, TestReport
 from agentrl.tasks.task import Task
 
 RunBatch = Callable[[list[TestJob]], Sequence[TestReport]]
+SANDBOX_ATTEMPTS = 3  # tries per job when the sandbox itself fails (no verdict on the code)
 
 
 @dataclass
@@ -115,6 +116,22 @@ def _tally(task: Task, kind: str, report: TestReport, stats: FamilyStats) -> Non
             stats.problems.append(f"{task.id}: wrong op {kind.removeprefix('wrong:')} passes every hidden test")
 
 
+def _run_with_retries(run_batch: RunBatch, jobs: list[TestJob], attempts: int = SANDBOX_ATTEMPTS) -> list[TestReport]:
+    """Run `jobs`; re-run those whose report is a sandbox-side failure (`run.error` set: the child
+    never gave a verdict, e.g. a broken pipe to a pool worker) up to `attempts` times in all.
+    Test failures, import errors and timeouts are verdicts on the code and are never retried."""
+    reports: list[TestReport] = list(run_batch(jobs)) if jobs else []
+    if len(reports) != len(jobs):
+        raise RuntimeError(f"sandbox returned {len(reports)} reports for {len(jobs)} jobs")
+    for _ in range(attempts - 1):
+        again = [i for i, r in enumerate(reports) if r.run.error is not None]
+        if not again:
+            break
+        for i, report in zip(again, run_batch([jobs[i] for i in again]), strict=True):
+            reports[i] = report
+    return reports
+
+
 def check_tasks(tasks: Sequence[Task], run_batch: RunBatch | None = None) -> dict[str, FamilyStats]:
     """Grade every task (see the module docstring) and return per-family stats, in first-seen order.
 
@@ -135,9 +152,7 @@ def check_tasks(tasks: Sequence[Task], run_batch: RunBatch | None = None) -> dic
         for kind, job in _jobs(task, fam):
             pending.append((task, kind))
             jobs.append(job)
-    reports = list(run_batch(jobs)) if jobs else []
-    if len(reports) != len(jobs):
-        raise RuntimeError(f"sandbox returned {len(reports)} reports for {len(jobs)} jobs")
+    reports = _run_with_retries(run_batch, jobs)
     for (task, kind), report in zip(pending, reports, strict=True):
         _tally(task, kind, report, stats[task.family])
     return stats
@@ -151,7 +166,7 @@ def render_table(stats: dict[str, FamilyStats], title: str = "bug-fix task check
     for name, justify in [("family", "left"), ("tasks", "right"), ("reference\n(=100%)", "right"),
                           ("buggy\n(=0%)", "right"), ("public on buggy\n(<100%)", "right"),
                           ("wrong ops", "right"), ("wrong-op\n(=0%)", "right"), ("ok", "center")]:
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, no_wrap=name == "family")
     total = FamilyStats("all")
     for s in stats.values():
         table.add_row(s.family, str(s.tasks), f"{s.reference_pct:.1f}%", f"{s.buggy_pct:.1f}%",
