@@ -55,3 +55,14 @@ def sandbox():
     from agentrl.sandbox import Sandbox
 
     return Sandbox()
+
+
+@pytest.fixture(scope="session")
+def gym_tasks():
+    """One renamed train task of every bug-fix family (the RL default setting), from agentrl.tasks."""
+    import random
+
+    from agentrl.tasks import FAMILIES, make_tasks, randomize_names
+
+    rng = random.Random(0)
+    return [randomize_names(t, rng) for t in make_tasks(len(FAMILIES), seed=0)]

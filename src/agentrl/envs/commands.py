@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
     check.add_argument("dataset", choices=("mbpp", "humaneval", "bugfix"))
     check.add_argument("--data", default=None, help="dataset file (default: the shared data folder / package)")
     check.add_argument("--split", default="all", help="mbpp: train | test | all (default all)")
-    check.add_argument("--limit", type=int, default=None, help="check only the first N tasks of each split")
+    check.add_argument("--limit", type=int, default=None,
+                       help="check only the first N tasks of each split (bugfix: N tasks per family and split, default 2)")
     check.add_argument("--through-session", action="store_true",
                        help="play a real run_python episode per task instead of grading the reference directly")
     check.add_argument("--seed", type=int, default=0)
@@ -112,13 +113,14 @@ def _print_ceiling(name: str, res: dict[str, Any]) -> None:
         print("  failure kinds: " + ", ".join(f"{k} x{v}" for k, v in kinds.most_common()))
 
 
-def bugfix_check(sandbox: Any, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Mean expert reward per (environment, family) over every bug-fix task (train and held-out)."""
-    from agentrl.tasks import make_tasks  # lands with the bug-fix gym
+def bugfix_check(sandbox: Any, n_per_family: int = 2, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Mean expert reward per (environment, family) over `n_per_family` renamed train and held-out
+    tasks of every bug-fix family."""
+    from agentrl.tasks import FAMILIES, make_tasks, randomize_names
 
-    tasks = make_tasks(seed=seed) if "seed" in make_tasks.__code__.co_varnames else make_tasks()
-    if isinstance(tasks, dict):
-        tasks = [t for ts in tasks.values() for t in ts]
+    rng = random.Random(seed)
+    tasks = [randomize_names(t, rng) for split in ("train", "heldout")
+             for t in make_tasks(n_per_family * len(FAMILIES), seed=seed, split=split)]
     out: dict[str, dict[str, float]] = {}
     for env_name in ("edit-menu", "coding-tools"):
         env = make_env(env_name, sandbox=sandbox)
@@ -143,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
     sandbox = Sandbox(limits=limits)
     t0 = time.perf_counter()
     if args.dataset == "bugfix":
-        for env_name, fams in bugfix_check(sandbox, args.seed).items():
+        for env_name, fams in bugfix_check(sandbox, args.limit or 2, args.seed).items():
             print(f"{env_name}: " + ", ".join(f"{f} {r:.2f}" for f, r in fams.items()))
     elif args.dataset == "humaneval":
         from agentrl.tasks.humaneval import load_humaneval

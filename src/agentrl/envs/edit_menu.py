@@ -107,9 +107,9 @@ class EditMenuEnv(ToolEnv):
             self._bump("edits_over_limit")
             raise ToolRejected(f"the edit limit ({self.max_edits}) is used up; run the tests or submit.")
         edit = by_name[op]
-        if edit.old not in self.source:
+        if not edit.old or self.source.count(edit.old) != 1:  # ops apply to exactly one occurrence
             raise ToolRejected(f"edit {op!r} does not apply to the current source.")
-        self.source = self.source.replace(edit.old, edit.new, 1)
+        self.source = self.source.replace(edit.old, edit.new)
         self._bump("edits")
         return f"Applied edit {op!r}."
 

@@ -34,10 +34,11 @@ def line_edit(source: str, op: EditOp) -> tuple[str, str] | None:
     if at < 0:
         return None
     start = source.rfind("\n", 0, at) + 1
-    end = source.find("\n", at + len(op.old))
+    end = source.find("\n", at + len(op.old.rstrip("\n")))
     end = len(source) if end < 0 else end
     old_lines = source[start:end]
-    new_lines = old_lines.replace(op.old, op.new, 1)
+    edited = source[:at] + op.new + source[at + len(op.old):]
+    new_lines = edited[start : end + len(op.new) - len(op.old)]
     return (old_lines, new_lines) if old_lines != new_lines else None
 
 
