@@ -19,7 +19,7 @@ from agentrl.envs.bash_tool import (
     repo_path,
     returned_files,
 )
-from agentrl.envs.grading import default_sandbox, source_job
+from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
@@ -237,8 +237,9 @@ class CodingToolsEnv(ToolEnv):
     def _score(self) -> float:
         assert self.task is not None
         source = self.files.get(self.task.source_file)
-        report = self.sandbox.run_tests(source_job(self.task, source, self.task.hidden_tests))
+        report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
         self._hidden_fraction = report.fraction
+        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         return 1.0 if report.all_passed and source is not None else 0.0
 
     def final_answer(self, text: str) -> None:

@@ -10,6 +10,7 @@ bugfix: the scripted experts play every bug-fix task in edit-menu and coding-too
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 from agentrl.envs.base import ToolCall
 from agentrl.envs.experts import expert_turns, play
+from agentrl.envs.grading import grade, is_sandbox_failure
 from agentrl.envs.python_session import PythonSessionEnv, imported_modules
 from agentrl.envs.registry import make_env
 from agentrl.tasks.task import Task
@@ -37,7 +39,8 @@ def register(subparsers: Any) -> None:
                        help="play a real run_python episode per task instead of grading the reference directly")
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--test-timeout-s", type=float, default=None,
-                       help="per-test wall-clock limit of the grader (default: SandboxLimits.test_timeout_s)")
+                       help="per-test wall-clock limit of the grader, seconds (default: SandboxLimits); the "
+                            "job's wall-clock and CPU limits are raised to at least twice this")
     check.set_defaults(func=main)
 
 
@@ -77,8 +80,8 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
         jobs.append(env.grading_job([task.reference]))
         order.append(task)
     reports = sandbox.run_tests_batch(jobs) if jobs else []
-    # A sandbox-side failure (no trustworthy report, e.g. a pool worker lost) is retried once, alone.
-    reports = [sandbox.run_tests(j) if _infra_failure(r) else r for j, r in zip(jobs, reports, strict=False)]
+    # A sandbox-side failure (no trustworthy report, e.g. a lost pool worker) is retried, alone.
+    reports = [grade(sandbox, j) if is_sandbox_failure(r) else r for j, r in zip(jobs, reports, strict=True)]
     for task, report in zip(order, reports, strict=False):
         rewards.append(report.fraction)
         passed = {o.index for o in report.outcomes if o.status == "pass"} if not report.error else set()
@@ -91,10 +94,6 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
     return {"n": n, "passed_all": sum(r == 1.0 for r in rewards), "ceiling": sum(r == 1.0 for r in rewards) / max(n, 1),
             "mean_reward": total / max(n, 1), "shown_share": shown_reward / total if total else 0.0,
             "failures": sorted(failures, key=lambda f: _id_key(f[0]))}
-
-
-def _infra_failure(report: Any) -> bool:
-    return bool(report.error) and report.error.startswith("sandbox failure")
 
 
 def _id_key(task_id: str) -> tuple[str, int]:
@@ -141,7 +140,9 @@ def main(args: argparse.Namespace) -> int:
 
     limits = SandboxLimits()
     if args.test_timeout_s is not None:
-        limits = replace(limits, test_timeout_s=args.test_timeout_s)
+        t = args.test_timeout_s
+        limits = replace(limits, test_timeout_s=t, timeout_s=max(limits.timeout_s, 2 * t),
+                         cpu_s=max(limits.cpu_s, math.ceil(2 * t)))
     sandbox = Sandbox(limits=limits)
     t0 = time.perf_counter()
     if args.dataset == "bugfix":

@@ -10,7 +10,7 @@ import hashlib
 import random
 from typing import Any
 
-from agentrl.envs.grading import default_sandbox, report_lines, source_job
+from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, report_lines, source_job
 from agentrl.envs.toolenv import ToolEnv, ToolMalformed, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
@@ -126,8 +126,9 @@ class EditMenuEnv(ToolEnv):
 
     def _score(self) -> float:
         assert self.task is not None
-        report = self.sandbox.run_tests(source_job(self.task, self.source, self.task.hidden_tests))
+        report = grade(self.sandbox, source_job(self.task, self.source, self.task.hidden_tests))
         self._hidden_fraction = report.fraction
+        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         return 1.0 if report.all_passed else 0.0
 
     def stats(self) -> dict[str, float]:

@@ -24,6 +24,22 @@ def source_job(task: Task, source: str | None, tests: tuple[str, ...]) -> TestJo
     return TestJob(files={task.source_file: source or ""}, module=task.module, tests=tests, setup=task.test_setup)
 
 
+def is_sandbox_failure(report: TestReport) -> bool:
+    """True when the sandbox itself failed (no trustworthy report), as opposed to the code failing."""
+    return bool(report.error) and report.error.startswith("sandbox failure")
+
+
+def grade(sandbox: Any, job: TestJob, retries: int = 2) -> TestReport:
+    """`sandbox.run_tests(job)`, retried up to `retries` times while the sandbox itself fails
+    (e.g. a lost pool worker); the code's own failures are never retried."""
+    report = sandbox.run_tests(job)
+    for _ in range(retries):
+        if not is_sandbox_failure(report):
+            break
+        report = sandbox.run_tests(job)
+    return report
+
+
 def report_lines(report: TestReport, tests: tuple[str, ...], max_lines: int = 20) -> str:
     """Readable summary of a TestReport: "k/n tests passed" and one line per failing test."""
     if report.error:

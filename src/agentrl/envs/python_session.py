@@ -11,7 +11,7 @@ import ast
 import sys
 from typing import Any
 
-from agentrl.envs.grading import default_sandbox
+from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure
 from agentrl.envs.session_grader import hardened_job
 from agentrl.envs.session_grader import parse_quietly as _parse
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
@@ -130,7 +130,8 @@ class PythonSessionEnv(ToolEnv):
                             task.test_setup, extra_names=(task.entry,))
 
     def _score(self) -> float:
-        report = self.sandbox.run_tests(self.grading_job())
+        report = grade(self.sandbox, self.grading_job())
+        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         self._per_test = tuple(o.status == "pass" for o in report.outcomes) if not report.error else ()
         self._close_session()
         return report.fraction
