@@ -99,3 +99,26 @@ def test_a_few_real_mbpp_problems(env):
     for tid in (2, 602, 603):
         task = tasks[tid]
         assert play(env, task, python_session_turns(task, None)) == 1.0, tid
+
+
+def _graded(sandbox, code, tests, setup=""):
+    from agentrl.envs.session_grader import hardened_job
+
+    report = sandbox.run_tests(hardened_job([code], "solution", tests, setup))
+    assert report.error is None, report.error
+    return [o.status for o in report.outcomes]
+
+
+def test_grader_keeps_plain_python_semantics(sandbox):
+    gen = "def evens(n):\n    return (i for i in range(n) if i % 2 == 0)"
+    assert _graded(sandbox, gen, ("assert list(evens(5)) == [0, 2, 4]", "assert evens(5) == [0, 2, 4]")) == [
+        "pass", "fail"]  # an iterator is drained for list(), but never equals a list, as in plain Python
+    private = "def _sum(xs):\n    return sum(xs)"  # exported like exec-ing code and tests in one namespace
+    assert _graded(sandbox, private, ("assert _sum([1, 2]) == 3",)) == ["pass"]
+    match = "import re\ndef starts_with_vowel(s):\n    return re.match('[aeiou]', s)"
+    assert _graded(sandbox, match, ("assert starts_with_vowel('apple')", "assert not starts_with_vowel('pear')",
+                                    "assert starts_with_vowel('apple') == 'a'")) == ["pass", "pass", "fail"]
+    counter = "from collections import Counter\ndef count(s):\n    return Counter(s)"
+    assert _graded(sandbox, counter, ("assert count('aab') == {'a': 2, 'b': 1}",)) == ["pass"]
+    obj = "class P:\n    pass\ndef make():\n    return P()"
+    assert _graded(sandbox, obj, ("assert make() is not None",)) == ["error"]  # not plain data: a clear TypeError

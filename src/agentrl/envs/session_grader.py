@@ -45,7 +45,11 @@ def _mk{g}():
             return "<%s>" % self.kind
     _opaque_types = (_type(_re{g}.match("", "")), _type(_re{g}.compile("")))
     _snap_b = _dict(_b{g}.__dict__)
-    _snap_m = {{n: (m, _dict(m.__dict__)) for n, m in _list(_s{g}.modules.items()) if n != __name__ and hasattr(m, "__dict__")}}
+    # Not snapshotted: this module, the grading harness (__main__), and the std streams it may swap.
+    _skip_mods = (__name__, "__main__", "__mp_main__")
+    _volatile = {{"stdin", "stdout", "stderr", "last_type", "last_value", "last_traceback", "last_exc"}}
+    _snap_m = {{n: (m, _dict(m.__dict__)) for n, m in _list(_s{g}.modules.items())
+               if n not in _skip_mods and hasattr(m, "__dict__")}}
     def plain(x, depth=0):
         if depth > 100:
             raise _TE("result nests deeper than 100 levels")
@@ -81,11 +85,11 @@ def _mk{g}():
             if _s{g}.modules.get(n) is not m: _s{g}.modules[n] = m
             cur = m.__dict__
             for k in _list(cur):
-                if k not in d:
+                if k not in d and k not in _volatile:
                     try: del cur[k]
                     except Exception: pass
             for k, v in d.items():
-                if cur.get(k, _TE) is not v:
+                if k not in _volatile and cur.get(k, _TE) is not v:
                     try: cur[k] = v
                     except Exception: pass
     def guard(obj):
