@@ -42,6 +42,7 @@ def test_mistakes_unknown_op_second_edit_and_truncation(minmax_task, sandbox):
     assert env.done and env.end_reason == "out_of_turns" and env.truncated and not env.terminated
     s = env.stats()
     assert (s["malformed_calls"], s["failed_calls"], s["edits"], s["edits_over_limit"], s["turns"]) == (2, 1, 1, 1, 4)
+    assert s["unknown_ops"] == 1
     assert env.reward() == 1.0  # graded at the end whatever the ending
 
 

@@ -33,7 +33,7 @@ STAT_NAMES = (
     "reads", "edits", "writes", "bash_calls", "test_runs",
     "edit_before_read", "edit_missing_old_string", "edit_identical_strings", "edit_not_unique",
     "write_before_read", "write_overwrites_source", "write_overwrites_test", "write_creates_file",
-    "claims_tests_pass",
+    "claims_tests_pass", "sandbox_errors",
 )
 _NEG = re.compile(r"\b(?:not|never|no longer|fail\w*|cannot|unable|unfortunately)\b|n't", re.I)
 _CLAIM = re.compile(r"\btests?\b[^.!?\n]{0,40}?\b(?:pass(?:es|ed|ing)?|succeed\w*|green)\b", re.I)

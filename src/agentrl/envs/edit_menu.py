@@ -10,6 +10,7 @@ import hashlib
 import random
 from typing import Any
 
+from agentrl.envs.base import ToolCall, ToolResult
 from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, report_lines, source_job
 from agentrl.envs.toolenv import ToolEnv, ToolMalformed, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
@@ -73,7 +74,7 @@ class EditMenuEnv(ToolEnv):
         ]
 
     def _stat_names(self) -> tuple[str, ...]:
-        return ("reads", "edits", "edits_over_limit", "unknown_ops", "test_runs", "submits")
+        return ("reads", "edits", "edits_over_limit", "unknown_ops", "test_runs", "submits", "sandbox_errors")
 
     def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
         if not task.edit_ops:
@@ -92,6 +93,14 @@ class EditMenuEnv(ToolEnv):
         )
         return system, user
 
+    def _run_call(self, call: ToolCall) -> ToolResult:
+        """As ToolEnv, but an op name off the menu (rejected by the schema's enum) is counted in unknown_ops."""
+        result = super()._run_call(call)
+        op = call.arguments.get("op") if isinstance(call.arguments, dict) else None
+        if result.status == "malformed" and call.name == "edit" and isinstance(op, str) and op not in self.menu:
+            self._bump("unknown_ops")
+        return result
+
     # -- tools ------------------------------------------------------------------------------------
     def _read(self) -> str:
         self._bump("reads")
@@ -100,8 +109,7 @@ class EditMenuEnv(ToolEnv):
     def _edit(self, op: str) -> str:
         assert self.task is not None
         by_name = {o.name: o for o in self.task.edit_ops}
-        if op not in by_name:
-            self._bump("unknown_ops")
+        if op not in by_name:  # unreachable through the schema's enum; kept for a menu-less schema
             raise ToolMalformed(f"unknown edit {op!r}; the menu is: {', '.join(self.menu)}.")
         if self._counts["edits"] >= self.max_edits:
             self._bump("edits_over_limit")

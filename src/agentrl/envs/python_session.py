@@ -93,7 +93,7 @@ class PythonSessionEnv(ToolEnv):
                          object_schema({"code": code}, ("code",)), self._run_python)]
 
     def _stat_names(self) -> tuple[str, ...]:
-        return ("cells", "cell_errors", "cell_timeouts", "session_restarts", "blocked_imports")
+        return ("cells", "cell_errors", "cell_timeouts", "session_restarts", "blocked_imports", "sandbox_errors")
 
     def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
         self._close_session()
