@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import random
 
-from agentrl.tasks.families.base import NUM_NAMES, SEQ_NAMES, Family, Mutation, Spec, call, distinct_ints, ints, pick, source
+from agentrl.tasks.families.base import (
+    NUM_NAMES,
+    SEQ_NAMES,
+    Family,
+    Mutation,
+    Spec,
+    call,
+    distinct_ints,
+    ints,
+    pick,
+    source,
+)
 
 
 def gen_minmax(rng: random.Random) -> Spec:
