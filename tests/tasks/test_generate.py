@@ -28,6 +28,9 @@ def test_round_robin_over_requested_families():
         make_tasks(3, families=["nope"])
     with pytest.raises(ValueError, match="split"):
         make_tasks(3, split="test")
+    with pytest.raises(ValueError, match="n must be"):
+        make_tasks(-1)
+    assert make_tasks(0) == []
 
 
 def test_splits_are_disjoint_by_instance_and_labelled():
