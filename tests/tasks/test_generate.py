@@ -60,7 +60,7 @@ def test_writeup_heldout_set_is_two_of_each_and_pinned():
     assert all(t.split == "heldout" for t in tasks)
     # Golden ids: the evaluation set must not move unless a family's generator changes.
     assert [t.id for t in tasks] == [
-        "minmax-heldout-dd5b833ba0", "minmax-heldout-78cd2aa72b", "range-heldout-ff5cc54cb6",
+        "minmax-heldout-dd5b833ba0", "minmax-heldout-56ba37a5af", "range-heldout-ff5cc54cb6",
         "range-heldout-c4decaac35", "compare-heldout-39bfad2363", "compare-heldout-1beacd42cd",
         "zero-heldout-8e4c364f37", "zero-heldout-443a2aafff", "init-heldout-acea279c38",
         "init-heldout-dcd49e753b",
