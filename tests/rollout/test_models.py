@@ -47,3 +47,16 @@ def test_tokenizer_without_chat_template_is_rejected(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="no chat template"):
         load_tokenizer(tmp_path)
+
+
+def test_tiny_qwen3_tokenizer_missing_everywhere_says_how_to_fetch(tmp_path, monkeypatch):
+    import agentrl.paths as paths
+
+    monkeypatch.setenv("AGENTRL_ASSETS", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(paths, "_shared_candidates", lambda kind: [])
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(FileNotFoundError, match="agentrl assets fetch"):
+        load_policy("tiny-qwen3")

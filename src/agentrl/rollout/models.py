@@ -27,6 +27,7 @@ TINY_QWEN3_OVERRIDES: dict[str, Any] = {
     "max_position_embeddings": 8192,
 }
 PRESETS = ("tiny-qwen3",)
+QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -57,6 +58,23 @@ def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = Fa
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
+
+
+def _qwen3_tokenizer_source() -> str:
+    """Asset "qwen3-tokenizer" (agentrl.paths order), else the HF cache's Qwen/Qwen3-0.6B.
+
+    Raises:
+        FileNotFoundError: neither is present (says how to fetch it).
+    """
+    try:
+        return str(resolve_asset("qwen3-tokenizer"))
+    except FileNotFoundError as e:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(QWEN3_HUB_ID, "tokenizer_config.json")
+        if isinstance(cached, str):
+            return str(Path(cached).parent)
+        raise FileNotFoundError(f"{e}; not in the HF cache ({QWEN3_HUB_ID}) either: run `agentrl assets fetch`") from e
 
 
 def tiny_qwen3_config(**overrides: Any):
@@ -105,7 +123,7 @@ def load_policy(
 
     torch_dtype = _torch_dtype(dtype)
     if str(name_or_path) == "tiny-qwen3":
-        tok = load_tokenizer(tokenizer_path or resolve_asset("qwen3-tokenizer"), allow_download=allow_download)
+        tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(tiny_qwen3_config(), dtype=torch_dtype)

@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria
-from transformers import StoppingCriteriaList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 
 @dataclass(frozen=True)
@@ -125,11 +133,17 @@ def _generate_chunk(model, contexts, budgets, *, stop_ids, pad_id, cfg) -> list[
         typical_p=1.0, repetition_penalty=1.0, eos_token_id=list(stop_ids), pad_token_id=pad_id,
         bos_token_id=None, num_beams=1, use_cache=True,
     )
-    out = model.generate(
-        input_ids=ids, attention_mask=mask, generation_config=gen_cfg,
-        logits_processor=LogitsProcessorList([rec]),
-        stopping_criteria=StoppingCriteriaList([PerRowBudget(budgets, width)]),
-    )
+    # generate() fills every field left None from model.generation_config (Qwen3: top_k=20, top_p=0.95,
+    # temperature=0.6, ...); swap in a blank one so nothing the trainer does not know leaks in.
+    saved, model.generation_config = model.generation_config, GenerationConfig()
+    try:
+        out = model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=gen_cfg,
+            logits_processor=LogitsProcessorList([rec]),
+            stopping_criteria=StoppingCriteriaList([PerRowBudget(budgets, width)]),
+        )
+    finally:
+        model.generation_config = saved
     logps = rec.finish(out)
     new = out[:, width:].cpu()
     samples = []
