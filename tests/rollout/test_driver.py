@@ -187,3 +187,23 @@ def test_real_tiny_qwen3_episodes(tok):
             got = lp.gather(-1, torch.tensor(turn.completion_ids)[:, None]).squeeze(-1)
             assert (got - torch.tensor(turn.sampler_logprobs)).abs().max() < 1e-4
             ctx += list(turn.completion_ids + turn.observation_ids)
+
+
+def test_trainer_policy_logprobs_match_sampler_on_whole_trajectories(tok):
+    """The trainer's helper (agentrl.rl.logprobs, branch rlmath) on right-padded whole episodes."""
+    logprobs = pytest.importorskip("agentrl.rl.logprobs")
+    model, tok2 = load_policy("tiny-qwen3")
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=10, gen_batch=4), max_turns=2)
+    trajs = run_episodes(model, tok2, [(EchoEnv(), task(i)) for i in range(4)], cfg=cfg, seed=1)
+    seqs = [list(t.prompt_ids + t.completion_ids) for t in trajs]
+    width = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    attn, pmask, want = (torch.zeros(len(seqs), width) for _ in range(3))
+    for i, (t, s) in enumerate(zip(trajs, seqs, strict=True)):
+        p = len(t.prompt_ids)
+        ids[i, : len(s)], attn[i, : len(s)] = torch.tensor(s), 1
+        pmask[i, p : len(s)] = torch.tensor(t.policy_mask, dtype=torch.float)
+        want[i, p : len(s)] = torch.tensor(t.sampler_logprobs)
+    with torch.no_grad():
+        got, _ = logprobs.policy_logprobs(model, ids, attn.long(), pmask.long())
+    assert pmask.sum() > 0 and (got - want).abs().max().item() < 1e-4
