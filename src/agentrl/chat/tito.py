@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.chat.template import encode, observation_messages, render_text, tool_messages
+from agentrl.chat.template import encode, observation_messages, render_prompt, render_text, tool_messages
 from agentrl.envs.base import Observation, ToolCall, ToolResult
 
 _MARK = "\u2063AGENTRL_TURN_MARK\u2063"  # invisible separators: cannot merge with template text
@@ -143,7 +143,8 @@ def _compare(tokenizer: Any, got: list[int], history_starts: list[int], want: li
             prev = pos + s
     stripped += got[prev:]
     if stripped != want:
-        raise TitoMismatch(_diff_message(tokenizer, got, want, what))
+        note = " (after dropping the history think blocks the template drops)" if stripped != got else ""
+        raise TitoMismatch(_diff_message(tokenizer, stripped, want, what + note))
 
 
 def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking: bool = False) -> TurnFormat:
@@ -167,7 +168,9 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
     render = lambda msgs, gen: encode(  # noqa: E731
         tokenizer, render_text(tokenizer, msgs, obs.tools, add_generation_prompt=gen, enable_thinking=enable_thinking)
     )
-    prompt = render(base, True)
+    prompt = render_prompt(tokenizer, obs, enable_thinking=enable_thinking)
+    if prompt != render(base, True):
+        raise TitoMismatch("render_prompt differs from the template's rendering of [system, user] + tools")
     if prompt[-len(fmt.header_ids) :] != list(fmt.header_ids):
         raise TitoMismatch("the prompt does not end with the template's assistant header")
     t0, t1 = obs.tools[0], obs.tools[min(1, len(obs.tools) - 1)]
@@ -178,7 +181,7 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
         "one tool result": [("Reading.\n" + one[0].raw, one, False)],
         "two tool results": [("\n".join(c.raw for c in two), two, False)],
         "two turns": [(one[0].raw, one, False), (two[0].raw + "\n" + two[1].raw, two, False)],
-        "turn cut at the token limit": [("<tool_call>\n{\"name\": \"" + t0["function"]["name"], one, True)],
+        "turn cut at the token limit": [('<tool_call>\n{"name": "' + one[0].name, one, True)],
     }
     for what, turns in cases.items():
         ids, msgs, starts = list(prompt), list(base), []
