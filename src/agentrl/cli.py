@@ -15,6 +15,8 @@ import sys
 # One line per stage; each module adds its own sub-commands.
 COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
+    "agentrl.chat.commands",
+    "agentrl.rollout.commands",
 )
 
 
