@@ -53,3 +53,40 @@ def test_failed_save_leaves_nothing(tiny_qwen3, tmp_path):
     with pytest.raises(TypeError):
         save_checkpoint(tmp_path, 1, model, torch.optim.SGD(model.parameters(), lr=0.1), extra={"x": object()})
     assert list(tmp_path.iterdir()) == [] and latest_checkpoint(tmp_path) is None
+
+
+def test_kill_during_checkpointing_leaves_a_loadable_latest(tmp_path):
+    """SIGKILL a process that checkpoints in a loop; the latest complete checkpoint always loads."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(f"""
+        import torch
+        from agentrl.rl.checkpoint import save_checkpoint
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))  # plain module: state_dict.pt
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = 0
+        while True:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(float(step))
+            save_checkpoint({str(tmp_path)!r}, step, model, opt)
+            step += 1
+            if step == 2:
+                print("ready", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    latest = latest_checkpoint(tmp_path)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))
+    meta = load_checkpoint(latest, model)
+    assert meta["step"] >= 1
+    assert all(torch.all(p == float(meta["step"])) for p in model.parameters())

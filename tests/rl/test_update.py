@@ -110,3 +110,12 @@ def test_all_zero_advantages_leave_adamw_params_unchanged(tiny_qwen3, make_batch
     st = minibatch_step(model, opt, make_batch(n=4, zero_adv_rows=(0, 1, 2, 3)), _cfg(minibatches=2))
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
     assert st["grad_norm"] == 0.0 and st["rows_skipped"] == 4 and st["tokens_trained"] == 0
+
+
+def test_metrics_keys_are_stable_when_nothing_trains(tiny_qwen3, make_batch):
+    import math
+
+    model = tiny_qwen3(dtype=torch.float64)
+    st = minibatch_step(model, torch.optim.SGD(model.parameters(), lr=0.1), make_batch(n=2, zero_adv_rows=(0, 1)),
+                        _cfg())
+    assert math.isnan(st["entropy"]) and math.isnan(st["clip_frac"]) and "kl_ref" not in st

@@ -8,6 +8,7 @@ zero gradient when there is no KL term, so their backward pass is skipped.
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import time
@@ -93,7 +94,8 @@ def minibatch_step(
 
     Returns:
         metrics averaged over optimizer steps (loss, grad_norm [pre-clip], grad_norm_max, token-weighted
-        clip_frac*, ratio_mean, entropy, kl_*, logprob_gap*), plus optimizer_steps, rows_skipped,
+        clip_frac*, ratio_mean, entropy, kl_sampler, kl_ref [with ref_model], logprob_gap*; NaN when no
+        token was trained, e.g. all advantages zero), plus optimizer_steps, rows_skipped,
         tokens_trained, policy_tokens, sampler_nll (-mean sampler log-prob over ALL policy tokens: an
         unbiased estimate of the sampler's entropy, including rows skipped in backward), tokens_per_s
         (policy tokens of the batch times epochs / wall-clock s), peak_memory_bytes, update_s.
@@ -102,6 +104,7 @@ def minibatch_step(
         raise ValueError(f"minibatch_step: {cfg.minibatches} minibatches need >= as many rows, got {batch.num_rows}")
     t0 = time.perf_counter()
     device = next(model.parameters()).device
+    batch = batch.to(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -112,6 +115,9 @@ def minibatch_step(
             per_step.append(_one_minibatch(model, optimizer, batch.select(rows), cfg, params, ref_model))
     elapsed = time.perf_counter() - t0
     out = _mean_metrics(per_step)
+    for k in _WEIGHTED:  # same keys every step; NaN (stored as null) when no token was trained
+        if k != "kl_ref" or ref_model is not None:
+            out.setdefault(k, math.nan)
     out["grad_norm_max"] = max(s["grad_norm"] for s in per_step)
     for k in ("rows_skipped", "tokens_trained"):
         out[k] = sum(s[k] for s in per_step)
@@ -153,3 +159,19 @@ def peak_memory_bytes(device: torch.device) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Turn on non-reentrant activation checkpointing of the decoder layers of an HF model, through
+    `activation_checkpointing_enable` (transformers >= 5.2x) or `gradient_checkpointing_enable` (older).
+    The gradient is unchanged (tested); the model must be in train mode for HF to checkpoint.
+
+    Raises: ValueError if the model supports neither.
+    """
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        raise ValueError(f"enable_gradient_checkpointing: {type(model).__name__} supports no activation checkpointing")
+    model.train()
