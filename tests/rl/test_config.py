@@ -34,7 +34,7 @@ def test_flags_parse_literal_bool_optional():
 
 def test_flags_added_to_foreign_parser_roundtrip():
     import argparse
-    p = rlconfig_parser(argparse.ArgumentParser())
+    p = argparse.ArgumentParser().add_subparsers().add_parser("train", parents=[rlconfig_parser(add_help=False)])
     c = config_from_args(p.parse_args(["--steps", "3", "--resume", "true"]))
     assert c.steps == 3 and c.resume is True
     assert RLConfig.from_dict(c.to_dict()) == c

@@ -129,20 +129,16 @@ class RLConfig:
         return cls(**values)
 
 
-def rlconfig_parser(parser: Any = None) -> Any:
+def rlconfig_parser(*, add_help: bool = True) -> Any:
     """A `transformers.HfArgumentParser` with one `--flag` per RLConfig field (help from metadata).
 
-    Booleans get `--flag {true,false}` and `--no_flag`; Literal fields get `choices`; `top_k` accepts an int.
-    Pass an existing argparse parser (e.g. a sub-command's) to add the flags to it instead.
+    Booleans get `--flag [true|false]` and `--no_flag`; Literal fields get `choices`; `top_k` takes an int.
+    For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
+    and build the config with `config_from_args(namespace)`.
     """
     from transformers import HfArgumentParser
 
-    if parser is None:
-        return HfArgumentParser(RLConfig)
-    # HfArgumentParser is an ArgumentParser subclass; reuse its per-field logic on a foreign parser.
-    for f in dataclasses.fields(RLConfig):
-        HfArgumentParser._parse_dataclass_field(parser, f)
-    return parser
+    return HfArgumentParser(RLConfig, add_help=add_help)
 
 
 def config_from_args(args: Any) -> RLConfig:
