@@ -14,6 +14,7 @@ import sys
 
 # One line per stage; each module adds its own sub-commands.
 COMMAND_MODULES: tuple[str, ...] = (
+    "agentrl.tasks.commands",
     "agentrl.io.commands",
 )
 

@@ -1,5 +1,22 @@
-"""Sandbox: run model-written code in its own process with limits; never in the trainer."""
+"""Sandbox: run model-written code in its own limited process; never in the trainer.
 
-from agentrl.sandbox.api import RunResult, SandboxLimits, TestJob, TestOutcome, TestReport
+    from agentrl.sandbox import Sandbox, TestJob
+    with Sandbox() as sb:
+        report = sb.run_tests(TestJob(files={"fn.py": src}, module="fn", tests=("assert f(1) == 2",)))
 
-__all__ = ["RunResult", "SandboxLimits", "TestJob", "TestOutcome", "TestReport"]
+See docs/sandbox.md for what holds when (root or not, bubblewrap or rlimit only) and what does not.
+"""
+
+from agentrl.sandbox.api import (
+    RunResult,
+    SandboxLimits,
+    SessionResult,
+    TestJob,
+    TestOutcome,
+    TestReport,
+)
+from agentrl.sandbox.sandbox import Sandbox, normalize_argv
+from agentrl.sandbox.session import PythonSession
+
+__all__ = ["PythonSession", "RunResult", "Sandbox", "SandboxLimits", "SessionResult", "TestJob",
+           "TestOutcome", "TestReport", "normalize_argv"]

@@ -23,6 +23,9 @@ class SandboxLimits:
         file_size_bytes: RLIMIT_FSIZE, bytes per written file.
         max_output_bytes: cap on each captured stream (stdout, stderr); the rest is cut with a mark.
         max_processes: new processes the child may start (0: none).
+        test_timeout_s: wall-clock limit of one test inside a graded job (SIGALRM), seconds.
+        session_cpu_s: CPU-seconds a persistent run_python session may use over its whole life
+            (each call is also held to cpu_s).
     """
 
     timeout_s: float = 10.0
@@ -31,6 +34,8 @@ class SandboxLimits:
     file_size_bytes: int = 1 << 20
     max_output_bytes: int = 64 * 1024
     max_processes: int = 0
+    test_timeout_s: float = 2.0
+    session_cpu_s: int = 600
 
 
 @dataclass(frozen=True)
@@ -61,12 +66,35 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class SessionResult:
+    """Outcome of one PythonSession.execute call.
+
+    Attributes:
+        stdout, stderr: what the call printed (stderr holds the traceback of an exception),
+            each capped at max_output_bytes with a visible mark.
+        timed_out: the call ran past its wall-clock limit and the worker was killed.
+        restarted: the worker had died or timed out and was restarted: earlier state is gone.
+        wall_clock_s: seconds the call took.
+        error: a sandbox-side failure (worker died, could not start), else None.
+    """
+
+    stdout: str
+    stderr: str
+    timed_out: bool
+    restarted: bool
+    wall_clock_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class TestJob:
     """Grade `tests` against `files`: each test runs after `setup` and `from <module> import *`.
 
     The grader copies only `files` (the source under test) plus its own harness; it never runs
     test files, conftest.py or anything else from the agent's repository.
     """
+
+    __test__ = False  # not a pytest test class
 
     files: dict[str, str]
     module: str
@@ -78,6 +106,8 @@ class TestJob:
 @dataclass(frozen=True)
 class TestOutcome:
     """One test's result: status is parsed from the harness's marked report, never guessed."""
+
+    __test__ = False  # not a pytest test class
 
     index: int
     status: TestStatus
@@ -91,6 +121,8 @@ class TestReport:
     `error` is set when no trustworthy per-test report exists (import of the module failed, the
     process died, the report marker was missing or forged); then every test counts as not passed.
     """
+
+    __test__ = False  # not a pytest test class
 
     outcomes: tuple[TestOutcome, ...]
     run: RunResult

@@ -1,0 +1,305 @@
+"""Parent side of one sandboxed process: backend choice, command lines, work dirs, capped capture.
+
+Not the child side (agentrl.sandbox._child runs inside the sandbox) and not the warm pool
+(agentrl.sandbox.pool); this module starts fresh processes and collects what they write.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+_LAUNCHER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+RESULT_CAP_BYTES = 4 << 20
+# Dedicated unprivileged uids: a per-process block of 256 so that two trainers on one host differ.
+_UID_BASE = 200_000_000 + (os.getpid() % 1_000_000) * 256
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+
+def next_uid(slot: int | None = None) -> int:
+    """A dedicated unprivileged uid: `slot` (pool workers, 0..15) or the next of 16..255 (fresh runs)."""
+    if slot is not None:
+        return _UID_BASE + slot % 16
+    with _uid_lock:
+        return _UID_BASE + 16 + next(_uid_counter) % 240
+
+
+def _others_can_reach(path: str) -> bool:
+    """True if a user with no relation to the owners can traverse every ancestor of `path` and read it."""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts) + 1):
+        try:
+            st = os.stat(os.sep.join(parts[:i]) or os.sep)
+        except OSError:
+            return False
+        if not st.st_mode & 0o001 and os.path.isdir(os.sep.join(parts[:i])):
+            return False
+    return bool(os.stat(path).st_mode & 0o004)
+
+
+def _pytest_site_dir() -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytest")
+    if spec is None or not spec.origin:
+        return None
+    return os.path.dirname(os.path.dirname(os.path.realpath(spec.origin)))
+
+
+@dataclass
+class Backend:
+    """How children start: the isolation backend, interpreter, sandbox root and uid policy.
+
+    Attributes:
+        name: "bwrap" or "rlimit".
+        python: interpreter the child runs (`python -I -S -B`).
+        base_prefix: that interpreter's prefix (bound read-only under bwrap).
+        sys_path: extra read-only import dirs (pytest's site dir) appended in the child.
+        root: this Sandbox's private temp root (0711); work dirs are made under it.
+        launcher: path of the copied child launcher inside `root`.
+        drop_uid: True when we are root and children switch to a dedicated unprivileged uid.
+        notes: why a fallback happened or what does not hold (reported by describe()).
+    """
+
+    name: str
+    python: str
+    base_prefix: str
+    sys_path: tuple[str, ...]
+    root: str
+    launcher: str
+    drop_uid: bool
+    notes: list[str] = field(default_factory=list)
+
+    def env(self, workdir: str) -> dict[str, str]:
+        """The child's whole environment: PATH, HOME (the work dir) and LANG."""
+        return {"PATH": SAFE_PATH, "HOME": workdir, "LANG": "C.UTF-8"}
+
+    def command(self, bind_dir: str, mode: list[str]) -> list[str]:
+        """argv that starts the launcher in `mode`, with `bind_dir` the only writable path."""
+        py = [self.python, "-I", "-S", "-B", self.launcher, *mode]
+        if self.name != "bwrap":
+            return py
+        return bwrap_args(self, bind_dir) + py
+
+
+def bwrap_args(b: Backend, bind_dir: str) -> list[str]:
+    """bubblewrap: no network, own PID/IPC/UTS namespaces, read-only system, one writable dir."""
+    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if os.geteuid() == 0:  # root: no user namespace; the launcher switches to the job uid itself
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-user"]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    ro = [p for p in (b.base_prefix, *b.sys_path) if not p.startswith("/usr/")]
+    # bwrap would create the parents of bind points 0700 (root): make them traversable by the job uid.
+    parents = sorted({a for p in (*ro, b.launcher, bind_dir) for a in _ancestors(p)} - {"/", "/usr"})
+    for d in parents:
+        args += ["--perms", "0755", "--dir", d]
+    for path in ro:
+        args += ["--ro-bind", path, path]
+    args += ["--ro-bind", b.launcher, b.launcher, "--bind", bind_dir, bind_dir, "--chdir", "/"]
+    # No --chdir into the work dir: it is 0700 and owned by the job uid, which the launcher becomes first.
+    return args
+
+
+def _ancestors(path: str) -> list[str]:
+    """Proper ancestors of an absolute path, outermost first ("/a/b/c" -> ["/", "/a", "/a/b"])."""
+    parts = path.rstrip("/").split("/")
+    return ["/" + "/".join(parts[1:i]) for i in range(1, len(parts))]
+
+
+def _pick_python(drop_uid: bool, notes: list[str]) -> tuple[str, str]:
+    """The running interpreter, or a same-version system one that an unprivileged uid can read."""
+    exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    if not drop_uid or _others_can_reach(os.path.join(prefix, "lib")):
+        return exe, prefix
+    alt = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.path.exists(alt) and _others_can_reach(alt):
+        notes.append(f"{exe} is not readable by unprivileged uids; the rlimit backend runs {alt}")
+        return alt, "/usr"
+    raise RuntimeError(f"no Python {sys.version_info.major}.{sys.version_info.minor} readable by an "
+                       f"unprivileged uid ({exe} is under a private dir); install one or use bwrap")
+
+
+def make_backend(kind: str, root: str) -> Backend:
+    """Build the backend `kind` ("bwrap" | "rlimit") rooted at `root`; raises RuntimeError if unusable."""
+    notes: list[str] = []
+    drop_uid = os.geteuid() == 0
+    launcher = os.path.join(root, "launcher.py")
+    shutil.copyfile(_LAUNCHER_SRC, launcher)
+    os.chmod(launcher, 0o644)
+    site = _pytest_site_dir()
+    if kind == "bwrap":
+        exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+        prefix = os.path.realpath(sys.base_prefix)
+    else:
+        exe, prefix = _pick_python(drop_uid, notes)
+    sys_path: tuple[str, ...] = ()
+    if site and (kind == "bwrap" or not drop_uid or _others_can_reach(site)):
+        sys_path = (site,)
+    else:
+        notes.append("pytest is not available inside the sandbox")
+    if not drop_uid:
+        notes.append("not root: children keep the caller's uid (RLIMIT_NPROC binds for non-root)")
+    b = Backend(kind, exe, prefix, sys_path, root, launcher, drop_uid, notes)
+    if kind == "bwrap":
+        _probe_bwrap(b)
+    return b
+
+
+def _probe_bwrap(b: Backend) -> None:
+    """Start one trivial sandboxed interpreter; RuntimeError with bwrap's message if it fails."""
+    if shutil.which("bwrap") is None:
+        raise RuntimeError("bwrap is not installed (Debian package `bubblewrap`)")
+    probe = tempfile.mkdtemp(dir=b.root, prefix="probe-")
+    try:
+        cmd = bwrap_args(b, probe) + [b.python, "-I", "-S", "-B", "-c", "import json"]
+        p = subprocess.run(cmd, env=b.env(probe), cwd=b.root, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise RuntimeError(f"bwrap is unusable here: {p.stderr.decode(errors='replace').strip()[:500]}")
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def make_workdir(parent: str, files: dict[str, str], uid: int | None) -> str:
+    """A fresh 0700 dir under `parent` holding `files`, owned by `uid` (if dropping privileges).
+
+    Raises ValueError for a path that is absolute, empty, or leaves the dir ("..").
+    """
+    workdir = os.path.join(parent, "job-" + secrets.token_hex(8))
+    os.mkdir(workdir, 0o700)
+    for rel, text in files.items():
+        norm = os.path.normpath(rel) if isinstance(rel, str) and rel else ""
+        if not norm or os.path.isabs(rel) or norm.startswith("..") or not isinstance(text, str):
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise ValueError(f"sandbox file {rel!r}: expected a relative path inside the work dir "
+                             f"mapped to str text")
+        path = os.path.join(workdir, norm)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    if uid is not None:
+        for dirpath, _dirs, names in os.walk(workdir):
+            os.chown(dirpath, uid, uid)
+            for n in names:
+                os.chown(os.path.join(dirpath, n), uid, uid)
+    return workdir
+
+
+def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20) -> dict[str, str]:
+    """The work dir's UTF-8 text files after a run (path -> text), never following links.
+
+    Skips symlinks, hard-linked files, files not owned by the job uid, binaries and large files,
+    so a hostile child cannot make the (root) parent read a file outside the work dir.
+    """
+    out: dict[str, str] = {}
+    for dirpath, dirs, names in os.walk(workdir, followlinks=False):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", ".pytest_cache")]
+        for n in names:
+            path = os.path.join(dirpath, n)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if (not (st.st_mode & 0o170000 == 0o100000) or st.st_nlink != 1
+                        or st.st_size > max_file_bytes or (uid is not None and st.st_uid != uid)):
+                    continue
+                data = f.read(max_file_bytes + 1)
+            try:
+                out[os.path.relpath(path, workdir)] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+    return out
+
+
+class Capture:
+    """Reads several fds at once until EOF or a deadline, keeping at most `cap` bytes of each.
+
+    Bytes past the cap are still read (so the child never blocks on a full pipe) and counted.
+    """
+
+    def __init__(self, fds: dict[str, int], caps: dict[str, int]):
+        self.sel = selectors.DefaultSelector()
+        self.data = {name: bytearray() for name in fds}
+        self.seen = dict.fromkeys(fds, 0)
+        self.caps = caps
+        self.open = set(fds)
+        for name, fd in fds.items():
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ, name)
+
+    def pump(self, deadline: float, until=None) -> bool:
+        """Read until all fds hit EOF, `until()` is true, or time.monotonic() >= deadline.
+
+        Returns False if the deadline was hit first.
+        """
+        while self.open and not (until and until()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for key, _ in self.sel.select(min(left, 0.5)):
+                self._read(key.fd, key.data)
+        return True
+
+    def pump_ready(self) -> None:
+        """Read whatever is already buffered in the pipes, without waiting."""
+        while self.open:
+            ready = self.sel.select(0)
+            if not ready:
+                return
+            for key, _ in ready:
+                self._read(key.fd, key.data)
+
+    def _read(self, fd: int, name: str) -> None:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.sel.unregister(fd)
+            self.open.discard(name)
+            return
+        self.seen[name] += len(chunk)
+        room = self.caps[name] - len(self.data[name])
+        if room > 0:
+            self.data[name] += chunk[:room]
+
+    def text(self, name: str) -> tuple[str, bool]:
+        """Decoded text of `name` (invalid UTF-8 replaced) and whether it was cut, with a visible mark."""
+        raw, seen = bytes(self.data[name]), self.seen[name]
+        text = raw.decode("utf-8", errors="replace")
+        if seen > len(raw):
+            text += f"\n[agentrl sandbox: output truncated, {seen - len(raw)} more bytes of {seen} not shown]\n"
+        return text, seen > len(raw)
+
+    def close(self, fds: dict[str, int]) -> None:
+        self.sel.close()
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -1,0 +1,140 @@
+"""Tasks to and from JSON Lines (one Task per line), validated by a JSON Schema. Not a dataset loader.
+
+The schema is documented in docs/task-schema.md. A malformed line (bad JSON, a truncated last line,
+a missing field, a field of the wrong type) raises ValueError naming the file, line number and field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import jsonschema
+
+from agentrl.tasks.task import EditOp, Task
+
+_STR_LIST = {"type": "array", "items": {"type": "string"}}
+
+TASK_SCHEMA: dict = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "agentrl Task (one JSONL line)",
+    "type": "object",
+    "required": ["id", "family", "split", "files", "entry", "source_file", "public_tests", "hidden_tests",
+                 "reference"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "family": {"type": "string", "minLength": 1},
+        "split": {"type": "string", "minLength": 1},
+        "files": {"type": "object", "additionalProperties": {"type": "string"}},
+        "entry": {"type": "string", "minLength": 1},
+        "source_file": {"type": "string", "minLength": 1},
+        "public_tests": _STR_LIST,
+        "hidden_tests": _STR_LIST,
+        "reference": {"type": "string"},
+        "test_setup": {"type": "string"},
+        "edit_ops": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "old", "new"],
+                "additionalProperties": False,
+                "properties": {"name": {"type": "string", "minLength": 1}, "old": {"type": "string"},
+                               "new": {"type": "string"}, "correct": {"type": "boolean"}},
+            },
+        },
+        "meta": {"type": "object"},
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(TASK_SCHEMA)
+
+
+def task_to_dict(task: Task) -> dict:
+    """A JSON-ready dict of `task` that `task_from_dict` turns back into an equal Task."""
+    return {
+        "id": task.id, "family": task.family, "split": task.split, "files": dict(task.files),
+        "entry": task.entry, "source_file": task.source_file, "public_tests": list(task.public_tests),
+        "hidden_tests": list(task.hidden_tests), "reference": task.reference, "test_setup": task.test_setup,
+        "edit_ops": [{"name": op.name, "old": op.old, "new": op.new, "correct": op.correct} for op in task.edit_ops],
+        "meta": task.meta,
+    }
+
+
+def _field_of(error: jsonschema.ValidationError) -> str:
+    """The dotted path of the field a schema error is about (for `required`, the missing field)."""
+    path = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "required":
+        missing = next((f for f in error.validator_value if f not in error.instance), "?")
+        return f"{path}.{missing}" if path else missing
+    if error.validator == "additionalProperties":
+        return path or "(top level)"
+    return path or "(top level)"
+
+
+def task_from_dict(data: object, where: str = "task") -> Task:
+    """Validate `data` against TASK_SCHEMA and build a Task; ValueError names `where` and the field."""
+    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        raise ValueError(f"{where}: field {_field_of(e)!r}: {e.message}")
+    assert isinstance(data, dict)
+    return Task(
+        id=data["id"], family=data["family"], split=data["split"], files=dict(data["files"]),
+        entry=data["entry"], source_file=data["source_file"], public_tests=tuple(data["public_tests"]),
+        hidden_tests=tuple(data["hidden_tests"]), reference=data["reference"],
+        test_setup=data.get("test_setup", ""),
+        edit_ops=tuple(EditOp(o["name"], o["old"], o["new"], o.get("correct", False)) for o in data.get("edit_ops", [])),
+        meta=dict(data.get("meta", {})),
+    )
+
+
+def save_tasks(tasks: Iterable[Task], path: str | os.PathLike) -> int:
+    """Write `tasks` to `path` as JSONL (UTF-8, one task a line), atomically; returns the count written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for task in tasks:
+                f.write(json.dumps(task_to_dict(task), ensure_ascii=False, sort_keys=True) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return n
+
+
+def load_tasks(path: str | os.PathLike) -> list[Task]:
+    """Read a JSONL file written by `save_tasks` (blank lines are skipped).
+
+    Raises FileNotFoundError for a missing path, and ValueError naming the line number and field for
+    invalid JSON (including a truncated last line), a missing field, a field of the wrong type, or a
+    duplicate task id.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"task file {str(path)!r} does not exist")
+    tasks: list[Task] = []
+    ids: dict[str, int] = {}
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                hint = " (truncated line?)" if not line.endswith("\n") else ""
+                raise ValueError(f"{where}: invalid JSON at column {e.colno}: {e.msg}{hint}; "
+                                 f"expected one Task object per line") from None
+            task = task_from_dict(data, where)
+            if task.id in ids:
+                raise ValueError(f"{where}: field 'id': duplicate task id {task.id!r} (first on line {ids[task.id]})")
+            ids[task.id] = lineno
+            tasks.append(task)
+    return tasks

@@ -1,0 +1,126 @@
+"""The sandbox's public API: argv forms, files round trip, the grader's statuses, batches, fallback."""
+
+import os
+
+import pytest
+
+from agentrl.sandbox import RunResult, Sandbox, SandboxLimits, TestJob, normalize_argv
+
+SRC = "def add(a, b):\n    return a + b\n"
+
+
+def test_normalize_argv_forms():
+    assert normalize_argv(["python", "a.py", "x"]) == ["a.py", "x"]
+    assert normalize_argv(["python", "-m", "pytest", "-q"]) == ["pytest", "-q"]
+    assert normalize_argv(["pytest", "-x"]) == ["pytest", "-x"]
+    for bad in (["bash", "-c", "ls"], ["python", "-c", "print(1)"], [], ["python", "../a.py"], "python a.py"):
+        with pytest.raises(ValueError, match="sandbox argv"):
+            normalize_argv(bad)
+
+
+def test_run_script_args_exit_code_and_backend(sb):
+    r = sb.run({"pkg/a.py": "import sys\nprint(sys.argv[1:])\nsys.exit(3)\n"}, ["python", "pkg/a.py", "x", "y"])
+    assert isinstance(r, RunResult)
+    assert r.stdout == "['x', 'y']\n" and r.exit_code == 3 and r.backend == sb.backend
+    assert not r.timed_out and r.error is None
+
+
+def test_run_uncaught_exception_gives_traceback(sb):
+    r = sb.run({"a.py": "raise KeyError('boom')\n"}, ["python", "a.py"])
+    assert r.exit_code == 1 and "KeyError: 'boom'" in r.stderr
+
+
+def test_pytest_forms_really_run(sb):
+    files = {"m.py": SRC, "test_m.py": "from m import add\ndef test_ok():\n    assert add(1, 2) == 3\n"
+             "def test_bad():\n    assert add(1, 2) == 4\n"}
+    for argv in (["pytest", "-q"], ["python", "-m", "pytest", "-q"]):
+        r = sb.run(files, argv)
+        assert "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
+        assert r.exit_code == 1
+
+
+def test_return_files_syncs_written_files(sb):
+    code = "open('out.txt','w').write('hi')\nimport os\nos.remove('gone.txt')\n"
+    r = sb.run({"a.py": code, "gone.txt": "x"}, ["python", "a.py"], return_files=True)
+    assert r.files == {"a.py": code, "out.txt": "hi"}
+
+
+def test_bad_file_paths_are_rejected(sb):
+    for bad in ({"/etc/x.py": ""}, {"../x.py": ""}, {"a.py": b"bytes"}):
+        with pytest.raises(ValueError, match="sandbox file"):
+            sb.run(bad, ["python", "a.py"])
+
+
+def test_grader_statuses(sb):
+    job = TestJob(files={"m.py": SRC}, module="m", setup="import math",
+                  tests=("assert add(1, 2) == 3", "assert add(1, 2) == 4", "add(None, 1)",
+                         "while True: pass", "assert math.sqrt(add(2, 2)) == 2"))
+    rep = sb.run_tests(job)
+    assert [o.status for o in rep.outcomes] == ["pass", "fail", "error", "timeout", "pass"]
+    assert "TypeError" in rep.outcomes[2].message
+    assert rep.passed == 2 and rep.total == 5 and rep.error is None and not rep.all_passed
+
+
+def test_grader_fresh_namespace_per_test(sb):
+    rep = sb.run_tests(TestJob(files={"m.py": SRC}, module="m", tests=("leak = 1", "assert 'leak' not in dir()")))
+    assert rep.all_passed
+
+
+def test_grader_import_failure_sets_error(sb):
+    rep = sb.run_tests(TestJob(files={"m.py": "def add(:\n"}, module="m", tests=("assert True",)))
+    assert rep.error and "SyntaxError" in rep.error and rep.passed == 0
+    rep = sb.run_tests(TestJob(files={}, module="nope", tests=("assert True",)))
+    assert rep.error and "ModuleNotFoundError" in rep.error and rep.passed == 0
+    with pytest.raises(ValueError, match="TestJob.module"):
+        sb.run_tests(TestJob(files={}, module="a b", tests=()))
+
+
+def test_batch_preserves_order_and_runs_concurrently(sb):
+    jobs = [TestJob(files={"m.py": f"def add(a, b):\n    return a + b + {k}\n"}, module="m",
+                    tests=("assert add(0, 0) == 0",)) for k in range(6)]
+    reps = sb.run_tests_batch(jobs, max_workers=2)
+    assert [r.passed for r in reps] == [1, 0, 0, 0, 0, 0]
+
+
+def test_fresh_interpreter_mode_matches_pool(fresh_sb):
+    rep = fresh_sb.run_tests(TestJob(files={"m.py": SRC}, module="m", tests=("assert add(1, 2) == 3", "assert 0")))
+    assert [o.status for o in rep.outcomes] == ["pass", "fail"]
+
+
+def test_timeout_lowered_per_call(sb):
+    r = sb.run({"a.py": "import time\ntime.sleep(30)\n"}, ["python", "a.py"], timeout_s=0.5)
+    assert r.timed_out and r.wall_clock_s < 3
+    with pytest.raises(ValueError, match="timeout_s"):
+        sb.run({"a.py": ""}, ["python", "a.py"], timeout_s=0)
+
+
+def test_describe_says_what_holds(sb):
+    d = sb.describe()
+    assert d["backend"] == sb.backend and d["limits"]["cpu_s"] == 2
+    assert d["not_protected"] and d["protected"]
+    if sb.backend == "rlimit":
+        assert any("network" in g for g in d["not_protected"])
+
+
+def test_auto_falls_back_to_rlimit_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH: the real probe fails
+    with pytest.warns(RuntimeWarning, match="fell back to rlimit"):
+        sb = Sandbox(backend="auto", limits=SandboxLimits(timeout_s=4), max_workers=1)
+    with sb:
+        assert sb.backend == "rlimit" and "bubblewrap unusable" in sb.describe()["notes"][0]
+        assert sb.run({"a.py": "print(1)"}, ["python", "a.py"]).stdout == "1\n"
+    with pytest.raises(RuntimeError, match="bwrap"):
+        Sandbox(backend="bwrap")
+    with pytest.raises(ValueError, match="backend"):
+        Sandbox(backend="docker")
+
+
+def test_close_is_idempotent_and_removes_root():
+    s = Sandbox(limits=SandboxLimits(timeout_s=4), max_workers=1)
+    root = s._root
+    s.run({"a.py": ""}, ["python", "a.py"])
+    s.close()
+    s.close()
+    assert not os.path.exists(root)
+    with pytest.raises(RuntimeError, match="closed"):
+        s.run({"a.py": ""}, ["python", "a.py"])

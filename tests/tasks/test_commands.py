@@ -1,0 +1,63 @@
+"""Smoke tests of `agentrl tasks list|show|export|check` through the real CLI entry point."""
+
+import dataclasses
+import json
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.tasks import load_tasks, make_tasks, save_tasks
+
+
+def test_list_families_and_tasks(capsys):
+    assert main(["tasks", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "minmax" in out and "add_zero_guard" in out and "mutable_default" in out
+    assert main(["tasks", "list", "--n", "4", "--families", "zero,init"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("zero-train-") == 2 and out.count("init-train-") == 2
+
+
+def test_show_by_id_and_by_family(capsys):
+    task = make_tasks(2, families=["range"])[1]
+    assert main(["tasks", "show", task.id, "--hidden"]) == 0
+    out = capsys.readouterr().out
+    assert task.files[task.source_file] in out and task.hidden_tests[-1] in out and "(correct)" in out
+    assert main(["tasks", "show", "--families", "range", "--index", "1", "--rename"]) == 0
+    out = capsys.readouterr().out
+    assert task.entry not in out and "hidden tests" not in out and "(correct)" not in out
+    assert main(["tasks", "show", "nofamily-train-0000"]) == 2
+    assert "unknown task families" in capsys.readouterr().err
+
+
+def test_export_writes_loadable_jsonl(tmp_path, capsys):
+    out = tmp_path / "h.jsonl"
+    assert main(["tasks", "export", "--heldout-set", "--rename", "--out", str(out)]) == 0
+    tasks = load_tasks(out)
+    assert len(tasks) == 10 and all(t.split == "heldout" for t in tasks)
+    assert all(t.entry != t.meta["original_entry"] for t in tasks)
+    assert main(["tasks", "export", "--n", "7", "--split", "heldout", "--out", str(out)]) == 0
+    assert load_tasks(out) == make_tasks(7, split="heldout")
+
+
+def test_check_bad_file_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    assert main(["tasks", "check", "--file", str(bad)]) == 2
+    assert "bad.jsonl:1: field 'family'" in capsys.readouterr().err
+
+
+def test_check_runs_in_the_sandbox(tmp_path, capsys):
+    pytest.importorskip("agentrl.sandbox.sandbox", reason="agentrl.sandbox backend not merged yet")
+    assert main(["tasks", "check", "--n", "19"]) == 0
+    out = capsys.readouterr().out
+    assert "OK: 19 tasks" in out and "swap_args" in out
+    # A task whose wrong op is really the fix makes check fail with exit code 1.
+    task = make_tasks(1)[0]
+    op = task.correct_op
+    broken = dataclasses.replace(task, edit_ops=task.edit_ops + (type(op)("fix_sign", op.old, op.new),))
+    path = tmp_path / "broken.jsonl"
+    save_tasks([broken], path)
+    assert json.loads(path.read_text())["id"] == task.id
+    assert main(["tasks", "check", "--file", str(path)]) == 1
+    assert "wrong op fix_sign passes every hidden test" in capsys.readouterr().out

@@ -1,0 +1,62 @@
+import json
+
+import pytest
+
+from agentrl.tasks import heldout_tasks, load_tasks, make_tasks, save_tasks
+from agentrl.tasks.jsonl import TASK_SCHEMA, task_to_dict
+
+
+def _lines(tmp_path, tasks):
+    path = tmp_path / "tasks.jsonl"
+    save_tasks(tasks, path)
+    return path, path.read_text().splitlines()
+
+
+def test_round_trip(tmp_path):
+    tasks = make_tasks(40) + heldout_tasks()
+    path, lines = _lines(tmp_path, tasks)
+    assert len(lines) == len(tasks)
+    assert load_tasks(path) == tasks
+
+
+def test_schema_names_every_task_field():
+    assert set(TASK_SCHEMA["properties"]) == set(task_to_dict(make_tasks(1)[0]))
+
+
+@pytest.mark.parametrize("edit, pattern", [
+    (lambda d: d.pop("hidden_tests"), r":3: field 'hidden_tests': 'hidden_tests' is a required property"),
+    (lambda d: d.update(public_tests="assert True"), r":3: field 'public_tests': .* is not of type 'array'"),
+    (lambda d: d["edit_ops"][0].update(correct="yes"), r":3: field 'edit_ops\.0\.correct': 'yes' is not of type 'boolean'"),
+    (lambda d: d.update(files={"a.py": 3}), r":3: field 'files\.a\.py': 3 is not of type 'string'"),
+    (lambda d: d.update(extra=1), r":3: field '\(top level\)': Additional properties"),
+])
+def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
+    path, lines = _lines(tmp_path, make_tasks(4))
+    data = json.loads(lines[2])
+    edit(data)
+    lines[2] = json.dumps(data)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=pattern):
+        load_tasks(path)
+
+
+def test_bad_json_and_truncated_last_line(tmp_path):
+    path, lines = _lines(tmp_path, make_tasks(3))
+    path.write_text(lines[0] + "\n{not json\n")
+    with pytest.raises(ValueError, match=r":2: invalid JSON at column 2"):
+        load_tasks(path)
+    path.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])
+    with pytest.raises(ValueError, match=r":3: invalid JSON .*truncated line"):
+        load_tasks(path)
+    path.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match=r":1: field '\(top level\)': \[1, 2\] is not of type 'object'"):
+        load_tasks(path)
+
+
+def test_duplicate_ids_and_missing_file(tmp_path):
+    path, lines = _lines(tmp_path, make_tasks(2))
+    path.write_text(lines[0] + "\n\n" + lines[0] + "\n")
+    with pytest.raises(ValueError, match=r":3: field 'id': duplicate task id .* \(first on line 1\)"):
+        load_tasks(path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_tasks(tmp_path / "missing.jsonl")
