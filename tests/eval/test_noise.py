@@ -53,3 +53,15 @@ def test_short_curves_and_bad_input():
         curve_noise_report([1.0, float("nan"), 2.0])
     with pytest.raises(ValueError, match="constant"):
         trend([1.0, 2.0, 3.0], x=[1, 1, 1])
+
+
+def test_eval_sampling_noise_hand_computed_and_simulated():
+    from agentrl.eval.noise import eval_sampling_noise
+
+    # p = [0.5, 0.25], n = [4, 8]: sqrt(0.25/4 + 0.1875/8) / 2
+    assert eval_sampling_noise([2, 2], [4, 8]) == pytest.approx(math.sqrt(0.0625 + 0.0234375) / 2, abs=1e-15)
+    assert eval_sampling_noise([0, 8], 8) == 0.0
+    rng = np.random.default_rng(0)
+    p = np.array([2, 8, 14, 5]) / 16
+    sims = rng.binomial(16, p, size=(20000, 4)).mean(axis=1) / 16
+    assert eval_sampling_noise(np.round(p * 16).astype(int), 16) == pytest.approx(sims.std(), rel=0.03)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 
 
 def _draw():
@@ -46,6 +46,9 @@ def test_latest_ignores_incomplete_and_temporary(tiny_qwen3, tmp_path):
     assert not list(tmp_path.glob(".tmp-step_0000[01]*"))
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         load_checkpoint(tmp_path / "step_000020", model)
+    deleted = prune_checkpoints(tmp_path, keep_last=1)
+    assert sorted(p.name for p in deleted) == [".tmp-step_000030-abcd", "step_000002"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000010", "step_000020"]
 
 
 def test_failed_save_leaves_nothing(tiny_qwen3, tmp_path):

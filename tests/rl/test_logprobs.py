@@ -35,6 +35,16 @@ def test_temperature_divides_logits(tiny_qwen3, make_batch):
     assert torch.allclose(lp[:, 1:].double(), ref, atol=1e-6)
 
 
+def test_logit_scale_is_mirrored(tiny_qwen3, make_batch):
+    model = tiny_qwen3(dtype=torch.float64)
+    b = make_batch()
+    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits * 0.5
+    ref = torch.log_softmax(logits[:, :-1], -1).gather(2, b.input_ids[:, 1:, None]).squeeze(2) * b.policy_mask[:, 1:]
+    model.logit_scale = 0.5  # what Cohere-style models hold and apply in their forward
+    lp, _ = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask)
+    assert torch.allclose(lp[:, 1:], ref, atol=1e-10)
+
+
 def test_head_never_sees_full_sequence(tiny_qwen3, make_batch):
     model = tiny_qwen3(dtype=torch.float32)
     b = make_batch(n=6, length=14)

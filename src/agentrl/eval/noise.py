@@ -86,6 +86,20 @@ def curve_noise_report(y: Sequence[float] | np.ndarray, x: Sequence[float] | np.
     return {"step_noise": step_noise(yy), "diff_sd": float(d.std(ddof=1)), **trend(yy, x).to_dict()}
 
 
+def eval_sampling_noise(successes: Sequence[int], trials: Sequence[int] | int) -> float:
+    """Standard error of a fixed-task-set pass@1 from episode sampling alone (tasks held fixed):
+    sqrt(sum_t p_t (1 - p_t) / n_t) / T with p_t = successes_t / trials_t (binomial per task, plug-in).
+
+    This is the noise an eval-curve point has even if the model does not change; compare it with the
+    curve's step_noise. Raises ValueError on malformed counts (as pass_at_1_ci).
+    """
+    from agentrl.eval.bootstrap import _rates
+
+    p = _rates(successes, trials, "eval_sampling_noise")
+    n = np.broadcast_to(np.asarray(trials, dtype=np.float64), p.shape)
+    return float(math.sqrt((p * (1 - p) / n).sum()) / p.size)
+
+
 def noise_analysis(train_reward: Sequence[float], eval_score: Sequence[float], *,
                    train_steps: Sequence[float] | None = None,
                    eval_steps: Sequence[float] | None = None) -> dict[str, dict[str, float] | float]:

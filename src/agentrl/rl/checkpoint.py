@@ -167,3 +167,19 @@ def _load_model_weights(model: nn.Module, model_dir: Path, device: torch.device)
     if set(missing) - tied or unexpected:
         raise ValueError(f"load_checkpoint: weights in {model_dir} do not match the model: "
                          f"missing {sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
+def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
+    """Delete all but the `keep_last` (>= 1) highest-step complete checkpoints under `root`, and any
+    leftover temporary directories of interrupted saves. Returns the deleted paths."""
+    if keep_last < 1:
+        raise ValueError(f"prune_checkpoints: keep_last must be >= 1, got {keep_last}")
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    done = sorted((int(m.group(1)), p) for p in root.iterdir()
+                  if (m := _STEP_DIR.match(p.name)) and (p / "meta.json").is_file())
+    doomed = [p for _, p in done[:-keep_last]] + [p for p in root.iterdir() if p.name.startswith(".tmp-step_")]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed

@@ -4,6 +4,8 @@ The trunk runs on the whole sequence; its hidden states are gathered at the posi
 policy token, and only those rows go through the LM head, `chunk_rows` at a time. Each chunk runs under
 torch.utils.checkpoint, so its [chunk_rows, V] logits are freed after the forward and recomputed in
 backward: prompt/tool tokens' full-vocabulary logits are never built, and at most one chunk's are alive.
+The head's post-processing that HF models apply in their own forward is mirrored: Gemma-style
+`final_logit_softcapping` and Cohere-style `logit_scale`; other custom heads are not covered.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:
 
 
 def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, inv_temp: float,
-                softcap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+                softcap: float | None, logit_scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """[M, H] hidden, [M] targets -> ([M] log p(target), [M] entropy), softmax in fp32 or fp64."""
     logits = head(h)  # [M, V]
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # bf16/fp16 models: softmax in fp32
+    if logit_scale is not None:  # Cohere-style scaled head, as the model's own forward does
+        logits = logits * logit_scale
     if softcap is not None:  # Gemma-style final logit soft-capping, as the model's own forward does
         logits = torch.tanh(logits / softcap) * softcap
     if inv_temp != 1.0:
@@ -66,7 +70,8 @@ def policy_logprobs(
     Args:
         model: a Hugging Face causal LM (see split_causal_lm).
         input_ids: [N, L] long.
-        attention_mask: [N, L] (1 real, 0 padding; right padding).
+        attention_mask: [N, L] (1 real, 0 padding). RIGHT padding (as collate builds): position ids are
+            0..L-1, which is what generation used for an unpadded episode.
         policy_mask: [N, L]; 1 where input_ids[n, t] was sampled by the policy; column 0 must be 0.
         chunk_rows: policy positions per LM-head call (bounds the [chunk_rows, V] logits).
         temperature: the sampler's temperature; logits are divided by it (rule 2 of DESIGN.md).
@@ -93,15 +98,17 @@ def policy_logprobs(
     h_sel = hidden[rows, cols - 1]  # [M, H]: the gather happens BEFORE the head
     targets = input_ids[rows, cols]  # [M]
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    logit_scale = getattr(model, "logit_scale", None)
+    logit_scale = float(logit_scale) if isinstance(logit_scale, (int, float)) else None
     inv_temp = 1.0 / float(temperature)
     logps, ents = [], []
     for start in range(0, h_sel.shape[0], chunk_rows):
         h = h_sel[start: start + chunk_rows]
         t = targets[start: start + chunk_rows]
         if torch.is_grad_enabled() and h.requires_grad:
-            lp, en = checkpoint(_head_chunk, head, h, t, inv_temp, softcap, use_reentrant=False)
+            lp, en = checkpoint(_head_chunk, head, h, t, inv_temp, softcap, logit_scale, use_reentrant=False)
         else:
-            lp, en = _head_chunk(head, h, t, inv_temp, softcap)
+            lp, en = _head_chunk(head, h, t, inv_temp, softcap, logit_scale)
         logps.append(lp)
         ents.append(en)
     out_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
