@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
     "agentrl.chat.commands",
     "agentrl.rollout.commands",
+    "agentrl.io.commands",
 )
 
 
