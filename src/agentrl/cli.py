@@ -16,6 +16,9 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
     "agentrl.envs.commands",
+    "agentrl.chat.commands",
+    "agentrl.rollout.commands",
+    "agentrl.io.commands",
 )
 
 

@@ -49,7 +49,7 @@ def test_check_bad_file_is_a_clear_error(tmp_path, capsys):
 
 def test_check_runs_in_the_sandbox(tmp_path, capsys):
     pytest.importorskip("agentrl.sandbox.sandbox", reason="agentrl.sandbox backend not merged yet")
-    assert main(["tasks", "check", "--n", "19"]) == 0
+    assert main(["tasks", "check", "--n", "19", "--rename", "--split", "heldout"]) == 0
     out = capsys.readouterr().out
     assert "OK: 19 tasks" in out and "swap_args" in out
     # A task whose wrong op is really the fix makes check fail with exit code 1.

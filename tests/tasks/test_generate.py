@@ -28,6 +28,9 @@ def test_round_robin_over_requested_families():
         make_tasks(3, families=["nope"])
     with pytest.raises(ValueError, match="split"):
         make_tasks(3, split="test")
+    with pytest.raises(ValueError, match="n must be"):
+        make_tasks(-1)
+    assert make_tasks(0) == []
 
 
 def test_splits_are_disjoint_by_instance_and_labelled():
@@ -57,7 +60,7 @@ def test_writeup_heldout_set_is_two_of_each_and_pinned():
     assert all(t.split == "heldout" for t in tasks)
     # Golden ids: the evaluation set must not move unless a family's generator changes.
     assert [t.id for t in tasks] == [
-        "minmax-heldout-dd5b833ba0", "minmax-heldout-78cd2aa72b", "range-heldout-ff5cc54cb6",
+        "minmax-heldout-dd5b833ba0", "minmax-heldout-56ba37a5af", "range-heldout-ff5cc54cb6",
         "range-heldout-c4decaac35", "compare-heldout-39bfad2363", "compare-heldout-1beacd42cd",
         "zero-heldout-8e4c364f37", "zero-heldout-443a2aafff", "init-heldout-acea279c38",
         "init-heldout-dcd49e753b",

@@ -60,3 +60,10 @@ def test_duplicate_ids_and_missing_file(tmp_path):
         load_tasks(path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_tasks(tmp_path / "missing.jsonl")
+
+
+def test_non_utf8_line_names_the_line(tmp_path):
+    path, lines = _lines(tmp_path, make_tasks(2))
+    path.write_bytes(lines[0].encode() + b"\n" + b"\xff\xfe{}\n")
+    with pytest.raises(ValueError, match=r":2: not UTF-8 text at byte 0"):
+        load_tasks(path)

@@ -15,7 +15,6 @@ text goes to stdout/stderr and is never parsed by the parent.
 
 import ctypes
 import importlib
-import io
 import json
 import os
 import resource
@@ -78,7 +77,7 @@ def _encode(value):
     out = ['"']
     for ch in str.__str__(value):
         code = ord(ch)
-        out.append(ch if 0x20 <= code < 0x7F and ch not in '"\\' else "\\u%04x" % code
+        out.append(ch if 0x20 <= code < 0x7F and ch not in '"\\' else f"\\u{code:04x}"
                    if code < 0x10000 else "\\ufffd")
     out.append('"')
     return "".join(out)
@@ -116,11 +115,11 @@ def _run_one_test(i, spec):
     try:
         if spec["setup"]:
             _exec(_compile(spec["setup"], "<test setup>", "exec"), ns)
-        _exec("from %s import *" % spec["module"], ns)
-        _exec(_compile(spec["tests"][i], "<test %d>" % i, "exec"), ns)
+        _exec("from {} import *".format(spec["module"]), ns)
+        _exec(_compile(spec["tests"][i], f"<test {i}>", "exec"), ns)
         return "pass", ""
     except _TestTimeout:
-        return "timeout", "test ran past %.1f s" % float(spec["test_timeout_s"])
+        return "timeout", "test ran past {:.1f} s".format(float(spec["test_timeout_s"]))
     except AssertionError as e:
         return "fail", _short(e)
     except BaseException as e:  # SystemExit, MemoryError, RecursionError, ...: an error, not a crash
@@ -288,7 +287,7 @@ def _session_call(code, ns, report, cpu_s):
             tree = compile(code, "<run_python>", "exec", flags=0, dont_inherit=True)
             exec(tree, ns)
         except SystemExit as e:
-            print("SystemExit: %s" % (e.code,), file=sys.stderr)
+            print(f"SystemExit: {e.code}", file=sys.stderr)
         except BaseException:
             etype, value, tb = sys.exc_info()
             traceback.print_exception(etype, value, tb.tb_next if tb else None)
@@ -303,7 +302,7 @@ def _session_call(code, ns, report, cpu_s):
 
 def main_session(req_fd):
     """A persistent namespace: one JSON request line per call on req_fd, a `done` event after each."""
-    reader = io.open(req_fd, "rb", buffering=0)
+    reader = open(req_fd, "rb", buffering=0)
     spec = json.loads(reader.readline().decode())
     drop_privileges(spec.get("uid"))
     for p in spec.get("sys_path", []):
@@ -333,4 +332,4 @@ if __name__ == "__main__":
     elif _mode == "session":
         main_session(_fd)
     else:
-        sys.exit("unknown mode %r" % _mode)
+        sys.exit(f"unknown mode {_mode!r}")

@@ -163,9 +163,9 @@ def render_table(stats: dict[str, FamilyStats], title: str = "bug-fix task check
     from rich.table import Table
 
     table = Table(title=title)
-    for name, justify in [("family", "left"), ("tasks", "right"), ("reference\n(=100%)", "right"),
-                          ("buggy\n(=0%)", "right"), ("public on buggy\n(<100%)", "right"),
-                          ("wrong ops", "right"), ("wrong-op\n(=0%)", "right"), ("ok", "center")]:
+    for name, justify in [("family", "left"), ("tasks", "right"), ("reference\n=100%", "right"),
+                          ("buggy\n=0%", "right"), ("public on\nbuggy <100%", "right"),
+                          ("wrong\nops", "right"), ("wrong op\n=0%", "right"), ("ok", "center")]:
         table.add_column(name, justify=justify, no_wrap=name == "family")
     total = FamilyStats("all")
     for s in stats.values():

@@ -51,6 +51,7 @@ def register(subparsers) -> None:
     p = sub.add_parser("check", help="run references, buggy originals and wrong ops in the sandbox; table per family")
     _common(p, 500)
     p.add_argument("--file", default=None, help="check the tasks of this JSONL file instead of generating them")
+    p.add_argument("--rename", action="store_true", help="apply randomize_names first (rng seeded by --seed)")
     p.add_argument("--show-problems", type=int, default=10, help="print at most this many problems (default 10)")
     p.set_defaults(func=cmd_check)
 
@@ -160,6 +161,11 @@ def cmd_check(args) -> int:
 
     start = time.perf_counter()
     tasks = load_tasks(args.file) if args.file else _generate(args)
+    if args.rename:
+        from agentrl.tasks.rename import randomize_names
+
+        rng = random.Random(args.seed)
+        tasks = [randomize_names(t, rng) for t in tasks]
     gen_s = time.perf_counter() - start
     stats = check_tasks(tasks)
     total_s = time.perf_counter() - start

@@ -113,19 +113,23 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
     """Read a JSONL file written by `save_tasks` (blank lines are skipped).
 
     Raises FileNotFoundError for a missing path, and ValueError naming the line number and field for
-    invalid JSON (including a truncated last line), a missing field, a field of the wrong type, or a
-    duplicate task id.
+    bytes that are not UTF-8, invalid JSON (including a truncated last line), a missing field, a field
+    of the wrong type, or a duplicate task id.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"task file {str(path)!r} does not exist")
     tasks: list[Task] = []
     ids: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 text at byte {e.start}; expected one Task object per line") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as e:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import random
 
-from agentrl.tasks.families.base import SEQ_NAMES, Family, Mutation, Spec, call, distinct_ints, ints, pick, source
+from agentrl.tasks.families.base import (
+    SEQ_NAMES,
+    Family,
+    Mutation,
+    Spec,
+    call,
+    distinct_ints,
+    ints,
+    pick,
+    source,
+)
 
 
 def gen_slice(rng: random.Random) -> Spec:

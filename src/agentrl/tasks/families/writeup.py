@@ -4,11 +4,49 @@ from __future__ import annotations
 
 import random
 
-from agentrl.tasks.families.base import NUM_NAMES, SEQ_NAMES, Family, Mutation, Spec, call, distinct_ints, ints, pick, source
+from agentrl.tasks.families.base import (
+    NUM_NAMES,
+    SEQ_NAMES,
+    Family,
+    Mutation,
+    Spec,
+    call,
+    distinct_ints,
+    ints,
+    pick,
+    source,
+)
+
+
+def _gen_clamp(rng: random.Random) -> Spec:
+    """Clamping each value into [lo, hi] with `max(lo, min(v, hi))`, one of max/min swapped."""
+    seq, lo, hi = pick(rng, SEQ_NAMES), pick(rng, ("lo", "low", "floor")), pick(rng, ("hi", "high", "ceiling"))
+    v = pick(rng, ("v", "x", "item"))
+    fn = pick(rng, ("clamped", "bounded", "limited", "capped")) + "_" + pick(rng, ("readings", "levels", "entries"))
+    fixed = f"max({lo}, min({v}, {hi}))"
+    buggy = pick(rng, (f"min({lo}, min({v}, {hi}))", f"max({lo}, max({v}, {hi}))"))
+    ref = source(f"def {fn}({seq}, {lo}, {hi}):", "    out = []", f"    for {v} in {seq}:", f"        out.append({fixed})",
+                 "    return out")
+    bug = Mutation("fix_minmax", fixed, buggy)
+    wrong = (
+        Mutation("fix_init", "    out = []\n", f"    out = [{lo}]\n"),
+        Mutation("fix_range_start", f"in {seq}:", f"in {seq}[1:]:"),
+    )
+    def args() -> tuple:
+        a = rng.randint(-5, 10)
+        b = a + rng.randint(4, 12)
+        xs = ints(rng, rng.randint(3, 6), a - 6, b + 6)
+        xs[rng.randrange(len(xs))] = rng.randint(a + 1, b - 1)  # a value strictly inside reveals either swap
+        return xs, a, b
+    pub = [call(fn, *args()) for _ in range(rng.randint(2, 3))]
+    hidden = [call(fn, *args()) for _ in range(5)] + [call(fn, [], 0, 3), call(fn, [-4, 9], 0, 3), call(fn, [2], 2, 2)]
+    return Spec(fn, ref, bug, wrong, tuple(pub), tuple(hidden), {"shape": "clamp", "buggy": buggy})
 
 
 def gen_minmax(rng: random.Random) -> Spec:
-    """Running max/min over a sequence where `max` and `min` are swapped."""
+    """Running max/min over a sequence, or a clamp, where `max` and `min` are swapped."""
+    if rng.random() < 0.35:
+        return _gen_clamp(rng)
     want = pick(rng, ("max", "min"))
     other = "min" if want == "max" else "max"
     seq, v = pick(rng, SEQ_NAMES), pick(rng, ("v", "x", "item", "cur"))

@@ -1,0 +1,202 @@
+"""Token-in/token-out: observation token ids from the template's own rendering, and the start-up check.
+
+Not the sampler or the driver (agentrl.rollout). Sampled ids are never re-tokenized; this module only
+produces the ids appended *after* a sampled turn, and asserts at start-up that prompt + sampled turns +
+observations equal the template's rendering of the same conversation.
+
+Traps handled (all read from renderings, none hard-wired):
+  * the end-of-turn marker (Qwen3 `<|im_end|>`) and the glue after it (`\\n`) come from the template;
+  * a turn cut at the token limit has no end-of-turn token, so its observation starts with one;
+  * templates that re-render history without the empty think block the generation prompt inserted
+    (Qwen3 drops `<think>\\n\\n</think>\\n\\n` from earlier assistant turns) differ from the
+    incremental path only by that block; the check allows exactly that difference and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.chat.template import encode, observation_messages, render_prompt, render_text, tool_messages
+from agentrl.envs.base import Observation, ToolCall, ToolResult
+
+_MARK = "\u2063AGENTRL_TURN_MARK\u2063"  # invisible separators: cannot merge with template text
+
+
+@dataclass(frozen=True)
+class TurnFormat:
+    """What the template wraps around one assistant turn, as token ids.
+
+    Attributes:
+        eot_ids: the end-of-turn token(s) the assistant emits (the sampler stops on the first).
+        header_ids: what the generation prompt appends for a new assistant turn (incl. any think stub).
+        stub_ids: the part of `header_ids` that history re-rendering may drop (empty if none).
+    """
+
+    eot_text: str
+    eot_ids: tuple[int, ...]
+    header_ids: tuple[int, ...]
+    stub_ids: tuple[int, ...]
+
+
+def turn_format(tokenizer: Any, *, enable_thinking: bool = False) -> TurnFormat:
+    """Read the end-of-turn marker and the assistant header off the template.
+
+    Raises:
+        ValueError: the template does not close an assistant turn with a special token.
+    """
+    user = [{"role": "user", "content": "x"}]
+    closed = render_text(tokenizer, user + [{"role": "assistant", "content": _MARK}], None, add_generation_prompt=False)
+    after = closed.split(_MARK, 1)[1]
+    special = sorted(tokenizer.all_special_tokens + list(tokenizer.get_added_vocab()), key=len, reverse=True)
+    eot = next((s for s in special if s and after.startswith(s)), None)
+    if eot is None:
+        raise ValueError(f"chat template ends an assistant turn with {after!r}, not with a special token")
+    plain = render_text(tokenizer, user, None, add_generation_prompt=True, enable_thinking=True)
+    gen = render_text(tokenizer, user, None, add_generation_prompt=True, enable_thinking=enable_thinking)
+    base = render_text(tokenizer, user, None, add_generation_prompt=False)
+    stub = gen[len(plain) :] if gen.startswith(plain) else ""
+    if not gen.startswith(base):
+        raise ValueError("chat template's generation prompt does not extend the rendered conversation")
+    return TurnFormat(
+        eot_text=eot,
+        eot_ids=tuple(encode(tokenizer, eot)),
+        header_ids=tuple(encode(tokenizer, gen[len(base) :])),
+        stub_ids=tuple(encode(tokenizer, stub)),
+    )
+
+
+def observation_ids(
+    results: list[ToolResult] | tuple[ToolResult, ...],
+    tokenizer: Any,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    hit_token_limit: bool = False,
+    enable_thinking: bool = False,
+    fmt: TurnFormat | None = None,
+) -> list[int]:
+    """Token ids appended after a sampled assistant turn that made tool calls.
+
+    The ids are the template's own rendering of: the end-of-turn glue, the tool-response block(s)
+    (several results render as consecutive blocks in one message where the template does so), and
+    the next assistant header. They are cut from a rendering of
+    [user, assistant(MARK), tool results...] right after the assistant's end-of-turn token.
+
+    Args:
+        results: the turn's tool results, in call order (at least one).
+        tokenizer: an HF tokenizer with a chat template.
+        tools: the environment's tool schemas (rendered as the real conversation has them).
+        hit_token_limit: the turn has no end-of-turn token; prepend it.
+        fmt: a cached `turn_format(tokenizer)`.
+
+    Returns:
+        list[int] of token ids; policy mask 0.
+
+    Raises:
+        ValueError: no results, or the rendering does not contain the assistant turn intact.
+    """
+    if not results:
+        raise ValueError("observation_ids needs at least one tool result")
+    fmt = fmt or turn_format(tokenizer, enable_thinking=enable_thinking)
+    msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARK}] + tool_messages(results)
+    full = render_text(tokenizer, msgs, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
+    if full.count(_MARK) != 1:
+        raise ValueError("chat template did not render the assistant turn verbatim; cannot cut observations")
+    after = encode(tokenizer, full.split(_MARK, 1)[1])
+    n = len(fmt.eot_ids)
+    if tuple(after[:n]) != fmt.eot_ids:
+        raise ValueError("chat template does not close the assistant turn with its end-of-turn token")
+    return after if hit_token_limit else after[n:]
+
+
+class TitoMismatch(AssertionError):
+    """The incremental token path differs from the template's rendering of the same conversation."""
+
+
+def _probe_call(tool: dict[str, Any], k: int) -> ToolCall:
+    """A well-formed call of `tool` whose text has quotes, backslashes, unicode and newlines."""
+    spec = tool.get("function", tool)
+    props = (spec.get("parameters") or {}).get("properties") or {}
+    args = {p: f'v{k} "q" \\ é\nline' for p in list(props)[:2]}
+    raw = "<tool_call>\n" + json.dumps({"name": spec["name"], "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+    return ToolCall(name=spec["name"], arguments=args, raw=raw)
+
+
+def _diff_message(tokenizer: Any, got: list[int], want: list[int], what: str) -> str:
+    i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+    ctx = lambda ids: repr(tokenizer.decode(ids[max(0, i - 8) : i + 8]))  # noqa: E731
+    return (
+        f"token-in/token-out mismatch ({what}) at token {i} (lengths {len(got)} vs {len(want)}): "
+        f"incremental {ctx(got)} vs template {ctx(want)}"
+    )
+
+
+def _compare(tokenizer: Any, got: list[int], history_starts: list[int], want: list[int], fmt: TurnFormat, what: str):
+    """Equal, or equal once the think stub is dropped after every *history* assistant header."""
+    if got == want:
+        return
+    stripped, s, prev = [], len(fmt.stub_ids), 0
+    for pos in history_starts:
+        if s and tuple(got[pos : pos + s]) == fmt.stub_ids:
+            stripped += got[prev:pos]
+            prev = pos + s
+    stripped += got[prev:]
+    if stripped != want:
+        note = " (after dropping the history think blocks the template drops)" if stripped != got else ""
+        raise TitoMismatch(_diff_message(tokenizer, stripped, want, what + note))
+
+
+def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking: bool = False) -> TurnFormat:
+    """Start-up check: the incremental token path equals the template's rendering.
+
+    Checks, for `obs` (system, user, the environment's tool schemas): the prompt; a turn with one call
+    and one result; a turn with two calls and two results (consecutive response blocks); two turns in a
+    row; a turn cut at the token limit (no end-of-turn token); and a final answer after tool turns.
+
+    Returns:
+        The template's `TurnFormat` (for the sampler's stop tokens).
+
+    Raises:
+        TitoMismatch: naming the case, the first differing token and both decodings.
+        ValueError: the tokenizer has no usable chat template, or `obs.tools` is empty.
+    """
+    if not obs.tools:
+        raise ValueError("assert_tito_consistent needs the environment's tool schemas (obs.tools is empty)")
+    fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
+    base = observation_messages(obs)
+    render = lambda msgs, gen: encode(  # noqa: E731
+        tokenizer, render_text(tokenizer, msgs, obs.tools, add_generation_prompt=gen, enable_thinking=enable_thinking)
+    )
+    prompt = render_prompt(tokenizer, obs, enable_thinking=enable_thinking)
+    if prompt != render(base, True):
+        raise TitoMismatch("render_prompt differs from the template's rendering of [system, user] + tools")
+    if prompt[-len(fmt.header_ids) :] != list(fmt.header_ids):
+        raise TitoMismatch("the prompt does not end with the template's assistant header")
+    t0, t1 = obs.tools[0], obs.tools[min(1, len(obs.tools) - 1)]
+    one = [_probe_call(t0, 1)]
+    two = [_probe_call(t0, 2), _probe_call(t1, 3)]
+    res = lambda calls: [ToolResult(c, "ok", f"result {i}: ok \"é\" \\\n  indented\n") for i, c in enumerate(calls)]  # noqa: E731
+    cases = {
+        "one tool result": [("Reading.\n" + one[0].raw, one, False)],
+        "two tool results": [("\n".join(c.raw for c in two), two, False)],
+        "two turns": [(one[0].raw, one, False), (two[0].raw + "\n" + two[1].raw, two, False)],
+        "turn cut at the token limit": [('<tool_call>\n{"name": "' + one[0].name, one, True)],
+    }
+    for what, turns in cases.items():
+        ids, msgs, starts = list(prompt), list(base), []
+        for text, calls, cut in turns:
+            starts.append(len(ids) - len(fmt.stub_ids))  # where this turn's think stub (if any) begins
+            ids += encode(tokenizer, text) + ([] if cut else list(fmt.eot_ids))
+            ids += observation_ids(
+                res(calls), tokenizer, tools=obs.tools, hit_token_limit=cut, fmt=fmt, enable_thinking=enable_thinking
+            )
+            msgs += [{"role": "assistant", "content": text}] + tool_messages(res(calls))
+        _compare(tokenizer, ids, starts, render(msgs, True), fmt, what)
+        # The final answer is the last assistant turn: the template keeps its header as generated.
+        final = ids + encode(tokenizer, "Done.") + list(fmt.eot_ids)
+        text = render_text(tokenizer, msgs + [{"role": "assistant", "content": "Done."}], obs.tools,
+                           add_generation_prompt=False, enable_thinking=enable_thinking)
+        want = encode(tokenizer, text[: text.rfind(fmt.eot_text) + len(fmt.eot_text)])
+        _compare(tokenizer, final, starts, want, fmt, what + ", then a final answer")
+    return fmt

@@ -1,0 +1,315 @@
+"""The run's results file: atomic JSON writes, the RunResults builder, its JSON schema and validator.
+
+Not the plots or the trainer. The file is rewritten whole, atomically (temporary file in the same
+directory, fsync, os.replace, fsync of the directory), after every step, so a crash leaves the previous
+complete file and loses at most the step in progress. Non-finite floats are stored as null (strict JSON).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+STATUSES = ("running", "completed", "failed", "interrupted")
+
+_NUM = {"type": ["number", "null"]}
+_INTERVAL = {"type": "object", "required": ["mean", "lo", "hi", "alpha", "n_boot", "seed"],
+             "properties": {"mean": {"type": "number"}, "lo": {"type": "number"}, "hi": {"type": "number"},
+                            "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                            "n_boot": {"type": "integer", "minimum": 1}, "seed": {"type": ["integer", "null"]}}}
+RESULTS_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "agentrl run results",
+    "type": "object",
+    "required": ["schema_version", "status", "created", "updated", "seed", "config", "versions", "steps",
+                 "evaluations", "paired", "tool_stats", "transcripts", "tool_schemas", "sandbox", "noise"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "status": {"enum": list(STATUSES)},
+        "created": {"type": "string"}, "updated": {"type": "string"},
+        "seed": {"type": "integer"},
+        "wall_clock_s": _NUM,
+        "error": {"type": ["string", "null"]},
+        "config": {"type": "object"},
+        "versions": {"type": "object", "required": ["python", "torch", "transformers", "agentrl"],
+                     "additionalProperties": {"type": ["string", "null"]}},
+        "steps": {"type": "array", "items": {
+            "type": "object", "required": ["step"],
+            "properties": {"step": {"type": "integer", "minimum": 0}}, "additionalProperties": _NUM}},
+        "evaluations": {"type": "array", "items": {
+            "type": "object", "required": ["label", "step", "tasks", "pass_at_1", "tool_stats"],
+            "properties": {
+                "label": {"type": "string", "minLength": 1}, "step": {"type": "integer", "minimum": 0},
+                "tasks": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["task_id", "successes", "trials"],
+                    "properties": {"task_id": {"type": "string"}, "successes": {"type": "integer", "minimum": 0},
+                                   "trials": {"type": "integer", "minimum": 1}}}},
+                "pass_at_1": _INTERVAL,
+                "tool_stats": {"type": "object", "additionalProperties": _NUM}}}},
+        "paired": {"type": "array", "items": {
+            "type": "object", "required": ["before", "after", "diff"],
+            "properties": {"before": {"type": "string"}, "after": {"type": "string"}, "diff": _INTERVAL}}},
+        "tool_stats": {"type": "object"},
+        "transcripts": {"type": "array", "items": {
+            "type": "object", "required": ["kind", "task_id", "text"],
+            "properties": {"kind": {"type": "string"}, "task_id": {"type": "string"}, "text": {"type": "string"},
+                           "step": {"type": ["integer", "null"]}, "reward": _NUM}}},
+        "tool_schemas": {"type": "array", "items": {"type": "object"}},
+        "sandbox": {"type": "object"},
+        "noise": {"type": "object"},
+    },
+}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def to_json_ready(obj: Any) -> Any:
+    """Recursively convert to strict-JSON values: non-finite floats -> None, tuples -> lists, numpy/torch
+    scalars -> Python numbers, Path -> str. Raises TypeError naming the type of anything else."""
+    if obj is None or isinstance(obj, (bool, str, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): to_json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json_ready(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if callable(getattr(obj, "item", None)) and tuple(getattr(obj, "shape", (-1,))) == ():
+        return to_json_ready(obj.item())  # numpy scalar / 0-d array / 0-d tensor
+    raise TypeError(f"results: cannot store a value of type {type(obj).__name__} in JSON")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` atomically (same-directory temp file, fsync, os.replace, dir fsync)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Serialise `obj` (via to_json_ready; strict JSON, no NaN) and write it atomically to `path`."""
+    return atomic_write_text(path, json.dumps(to_json_ready(obj), indent=1, allow_nan=False) + "\n")
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of python, torch, transformers, agentrl, numpy, and the accelerator (None if absent)."""
+    import importlib.metadata as md
+
+    from agentrl import __version__
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "agentrl": __version__,
+                                  "platform": platform.platform()}
+    for pkg in ("torch", "transformers", "numpy", "scipy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        import torch
+
+        out["cuda_device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        out["cuda_device"] = None
+    return out
+
+
+class RunResults:
+    """Builds the results file of one run and rewrites it atomically after every change.
+
+    Example:
+        res = RunResults("runs/x/results.json", cfg.to_dict(), seed=cfg.seed)
+        res.add_evaluation("before", step=0, task_ids=ids, successes=s, trials=8)
+        for step ...: res.add_step(step, metrics)
+        res.add_evaluation("after", step=n, ...); res.add_paired_difference(); res.finish()
+    """
+
+    def __init__(self, path: str | os.PathLike, config: dict[str, Any], *, seed: int,
+                 write: bool = True) -> None:
+        self.path = Path(path)
+        now = _now()
+        self.data: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION, "status": "running", "created": now, "updated": now,
+            "seed": int(seed), "wall_clock_s": None, "error": None, "config": to_json_ready(config),
+            "versions": versions(), "steps": [], "evaluations": [], "paired": [], "tool_stats": {},
+            "transcripts": [], "tool_schemas": [], "sandbox": {}, "noise": {},
+        }
+        if write:
+            self.write()
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike, *, completed_steps: int) -> RunResults:
+        """Reopen an existing results file (e.g. after --resume), dropping steps >= completed_steps and
+        evaluations after it, so the file matches the checkpoint the run continues from."""
+        data = validate_results(path)
+        obj = cls.__new__(cls)
+        obj.path = Path(path)
+        data["steps"] = [s for s in data["steps"] if s["step"] < completed_steps]
+        data["evaluations"] = [e for e in data["evaluations"] if e["step"] <= completed_steps]
+        data["status"] = "running"
+        obj.data = data
+        return obj
+
+    def write(self) -> Path:
+        self.data["updated"] = _now()
+        return atomic_write_json(self.path, self.data)
+
+    def add_step(self, step: int, metrics: dict[str, float | int | None]) -> None:
+        """Append one step's scalar metrics (step must increase) and rewrite the file."""
+        if self.data["steps"] and step <= self.data["steps"][-1]["step"]:
+            raise ValueError(f"RunResults.add_step: step {step} is not after step {self.data['steps'][-1]['step']}")
+        bad = {k: type(v).__name__ for k, v in metrics.items() if not (v is None or isinstance(v, (int, float)))}
+        if bad:
+            raise ValueError(f"RunResults.add_step: metrics must be numbers or None, got {bad}")
+        self.data["steps"].append({"step": int(step), **to_json_ready({k: float(v) if v is not None else None
+                                                                        for k, v in metrics.items()})})
+        self.write()
+
+    def add_evaluation(self, label: str, *, step: int, task_ids: Sequence[str], successes: Sequence[int],
+                       trials: Sequence[int] | int, tool_stats: dict[str, float] | None = None,
+                       n_boot: int = 10000, alpha: float = 0.05, seed: int | None = 0) -> dict[str, Any]:
+        """Record a held-out evaluation: per-task counts and pass@1 with a task-level bootstrap interval."""
+        from agentrl.eval.bootstrap import pass_at_1_ci
+
+        n = [int(trials)] * len(successes) if isinstance(trials, int) else [int(t) for t in trials]
+        if len(task_ids) != len(successes) or len(n) != len(successes):
+            raise ValueError(f"RunResults.add_evaluation({label!r}): task_ids, successes, trials differ in length "
+                             f"({len(task_ids)}, {len(successes)}, {len(n)})")
+        mean, lo, hi = pass_at_1_ci(list(successes), n, n_boot=n_boot, alpha=alpha, seed=seed)
+        ev = {"label": label, "step": int(step),
+              "tasks": [{"task_id": str(t), "successes": int(s), "trials": k}
+                        for t, s, k in zip(task_ids, successes, n, strict=True)],
+              "pass_at_1": {"mean": mean, "lo": lo, "hi": hi, "alpha": alpha, "n_boot": n_boot, "seed": seed},
+              "tool_stats": to_json_ready(dict(tool_stats or {}))}
+        self.data["evaluations"].append(ev)
+        self.write()
+        return ev
+
+    def evaluation(self, label: str) -> dict[str, Any]:
+        """The last evaluation with `label`; KeyError naming the labels present otherwise."""
+        for ev in reversed(self.data["evaluations"]):
+            if ev["label"] == label:
+                return ev
+        raise KeyError(f"no evaluation labelled {label!r}; have {[e['label'] for e in self.data['evaluations']]}")
+
+    def add_paired_difference(self, before: str = "before", after: str = "after", *, n_boot: int = 10000,
+                              alpha: float = 0.05, seed: int | None = 0) -> dict[str, Any]:
+        """after - before pass@1 with a paired task-level bootstrap interval (tasks matched by task_id)."""
+        from agentrl.eval.bootstrap import paired_diff_ci
+
+        b = {t["task_id"]: t for t in self.evaluation(before)["tasks"]}
+        a = {t["task_id"]: t for t in self.evaluation(after)["tasks"]}
+        if set(a) != set(b):
+            raise ValueError(f"RunResults.add_paired_difference: {before!r} and {after!r} cover different tasks")
+        ids = sorted(b)
+        diff, lo, hi = paired_diff_ci([b[i]["successes"] for i in ids], [a[i]["successes"] for i in ids],
+                                      [b[i]["trials"] for i in ids], [a[i]["trials"] for i in ids],
+                                      n_boot=n_boot, alpha=alpha, seed=seed)
+        rec = {"before": before, "after": after,
+               "diff": {"mean": diff, "lo": lo, "hi": hi, "alpha": alpha, "n_boot": n_boot, "seed": seed}}
+        self.data["paired"].append(rec)
+        self.write()
+        return rec
+
+    def add_transcript(self, kind: str, task_id: str, text: str, *, step: int | None = None,
+                       reward: float | None = None, write: bool = True) -> None:
+        """Store one full transcript (kind e.g. "heldout_before", "heldout_after", "train_step0")."""
+        self.data["transcripts"].append({"kind": kind, "task_id": str(task_id), "text": text, "step": step,
+                                         "reward": None if reward is None else float(reward)})
+        if write:
+            self.write()
+
+    def set(self, key: str, value: Any) -> None:
+        """Set a top-level section: tool_stats, tool_schemas, sandbox, noise (or an extra key)."""
+        if key in ("schema_version", "steps", "evaluations", "paired", "transcripts", "created"):
+            raise ValueError(f"RunResults.set: {key!r} is managed by its own method")
+        self.data[key] = to_json_ready(value)
+        self.write()
+
+    def compute_noise(self, train_key: str = "reward_mean") -> dict[str, Any]:
+        """Noise analysis (agentrl.eval.noise) of steps[*][train_key] vs the eval curve; stored under "noise"."""
+        from agentrl.eval.noise import noise_analysis
+
+        pts = [(s["step"], s[train_key]) for s in self.data["steps"] if s.get(train_key) is not None]
+        evs = sorted((e["step"], e["pass_at_1"]["mean"]) for e in self.data["evaluations"])
+        rep = noise_analysis([v for _, v in pts], [v for _, v in evs], train_steps=[s for s, _ in pts],
+                             eval_steps=[s for s, _ in evs])
+        self.set("noise", {"train_key": train_key, **rep})
+        return self.data["noise"]
+
+    def finish(self, status: str = "completed", *, wall_clock_s: float | None = None,
+               error: str | None = None) -> Path:
+        if status not in STATUSES:
+            raise ValueError(f"RunResults.finish: status must be one of {STATUSES}, got {status!r}")
+        self.data.update(status=status, wall_clock_s=wall_clock_s, error=error)
+        return self.write()
+
+
+def validate_results(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a results file and check it against RESULTS_SCHEMA plus the invariants JSON Schema cannot
+    express (successes <= trials, lo <= hi, increasing steps). Returns the parsed data. (A percentile
+    interval need not contain the point estimate, e.g. with few resamples, so that is not required.)
+
+    Raises:
+        FileNotFoundError: no such file; ValueError: not JSON, or invalid (names the file and the JSON path).
+    """
+    import jsonschema
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"results file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(data))
+    if err is not None:
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise ValueError(f"{path}: invalid results at {where}: {err.message}")
+    _check_invariants(path, data)
+    return data
+
+
+def _check_invariants(path: Path, data: dict[str, Any]) -> None:
+    steps = [s["step"] for s in data["steps"]]
+    if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+        raise ValueError(f"{path}: steps must strictly increase, got {steps}")
+    intervals = [(f"evaluations/{i}/pass_at_1", e["pass_at_1"]) for i, e in enumerate(data["evaluations"])]
+    intervals += [(f"paired/{i}/diff", p["diff"]) for i, p in enumerate(data["paired"])]
+    for where, iv in intervals:
+        if iv["lo"] > iv["hi"]:
+            raise ValueError(f"{path}: {where}: expected lo <= hi, got lo={iv['lo']}, hi={iv['hi']}")
+    for i, e in enumerate(data["evaluations"]):
+        for t in e["tasks"]:
+            if t["successes"] > t["trials"]:
+                raise ValueError(f"{path}: evaluations/{i} task {t['task_id']!r}: successes > trials")

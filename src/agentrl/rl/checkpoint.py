@@ -1,0 +1,185 @@
+"""Atomic training checkpoints: model, optimizer, RNG streams and step. Not the trainer loop.
+
+Layout: <root>/step_000012/{model/, optimizer.pt, rng.json, rng_torch.pt, meta.json}. A checkpoint is
+written into a hidden temporary directory beside it, every file fsync'd, then renamed into place (and the
+parent fsync'd), so a kill at any moment leaves either the complete checkpoint or none; `meta.json` is
+written last and `latest_checkpoint` ignores directories without it. Loading uses torch.load with
+weights_only=True (no pickle of arbitrary objects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+FORMAT_VERSION = 1
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(JSON-ready python/numpy global RNG states, torch CPU/CUDA generator states as uint8 tensors)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    py = {"python": [version, list(internal), gauss],
+          "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = s
+    return py, tensors
+
+
+def set_rng_state(py: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    """Restore what rng_state() captured (CUDA states only for devices that exist here)."""
+    version, internal, gauss = py["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = py["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch_cpu"])
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            if f"torch_cuda_{i}" in tensors:
+                torch.cuda.set_rng_state(tensors[f"torch_cuda_{i}"], i)
+
+
+def _save_model(model: nn.Module, path: Path) -> None:
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(path)
+    else:
+        path.mkdir(parents=True)
+        torch.save(model.state_dict(), path / "state_dict.pt")
+
+
+def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    *, extra: dict[str, Any] | None = None) -> Path:
+    """Write checkpoint `step` under `root` atomically and return its directory.
+
+    Args:
+        root: checkpoints directory (created if missing).
+        step: completed training steps (>= 0); the directory is step_{step:06d}.
+        model: HF model (save_pretrained) or any nn.Module (state_dict.pt).
+        optimizer: its state_dict goes to optimizer.pt.
+        extra: JSON-serialisable state of the loop (e.g. task-sampler position), stored in meta.json.
+
+    Raises:
+        ValueError: negative step; TypeError: `extra` not JSON-serialisable.
+    """
+    if step < 0:
+        raise ValueError(f"save_checkpoint: step must be >= 0, got {step}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        _save_model(model, tmp / "model")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        py, tensors = rng_state()
+        (tmp / "rng.json").write_text(json.dumps(py))
+        torch.save(tensors, tmp / "rng_torch.pt")
+        meta = {"format_version": FORMAT_VERSION, "step": step, "extra": extra or {}}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        for f in sorted(tmp.rglob("*")):
+            _fsync_path(f)
+        _fsync_path(tmp)
+        if final.exists():  # re-saving the same step: move the old one aside first
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_path(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The complete checkpoint with the highest step under `root`, or None (missing root, none yet)."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _STEP_DIR.match(p.name)) and (p / "meta.json").is_file()]
+    return max(found)[1] if found else None
+
+
+def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                    *, restore_rng: bool = True) -> dict[str, Any]:
+    """Load weights (in place), optimizer state and RNG streams from a checkpoint directory.
+
+    Returns:
+        meta: {"format_version", "step", "extra"}; training resumes at step meta["step"].
+
+    Raises:
+        FileNotFoundError: `path` is not a complete checkpoint (names the missing file).
+        ValueError: a format version this code does not read.
+    """
+    path = Path(path)
+    meta_path = path / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"load_checkpoint: {path} is not a complete checkpoint (no meta.json)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"load_checkpoint: {meta_path} has format_version {meta.get('format_version')!r}, "
+                         f"expected {FORMAT_VERSION}")
+    device = next(model.parameters()).device
+    _load_model_weights(model, path / "model", device)
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    if restore_rng:
+        set_rng_state(json.loads((path / "rng.json").read_text()),
+                      torch.load(path / "rng_torch.pt", map_location="cpu", weights_only=True))
+    return meta
+
+
+def _load_model_weights(model: nn.Module, model_dir: Path, device: torch.device) -> None:
+    sd_path = model_dir / "state_dict.pt"
+    if sd_path.is_file():
+        state = torch.load(sd_path, map_location=device, weights_only=True)
+    else:
+        from safetensors.torch import load_file
+
+        files = sorted(model_dir.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"load_checkpoint: no weights (*.safetensors or state_dict.pt) in {model_dir}")
+        state = {}
+        for f in files:
+            state.update(load_file(str(f), device=str(device)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {k for k in missing if k.endswith("lm_head.weight")}  # tied heads are saved once
+    if set(missing) - tied or unexpected:
+        raise ValueError(f"load_checkpoint: weights in {model_dir} do not match the model: "
+                         f"missing {sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
+def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
+    """Delete all but the `keep_last` (>= 1) highest-step complete checkpoints under `root`, and any
+    leftover temporary directories of interrupted saves. Returns the deleted paths."""
+    if keep_last < 1:
+        raise ValueError(f"prune_checkpoints: keep_last must be >= 1, got {keep_last}")
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    done = sorted((int(m.group(1)), p) for p in root.iterdir()
+                  if (m := _STEP_DIR.match(p.name)) and (p / "meta.json").is_file())
+    doomed = [p for _, p in done[:-keep_last]] + [p for p in root.iterdir() if p.name.startswith(".tmp-step_")]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed

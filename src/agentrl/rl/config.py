@@ -1,0 +1,146 @@
+"""RLConfig: every knob of a training run, mirrored 1:1 as CLI flags. Not the trainer loop.
+
+Defaults follow ../shared/reference/lab-writeup-edit-menu-and-tools.txt (group size 8, 8 prompts per
+step, renamed functions, at most 6 turns, adv_mode "grpo", symmetric clip 0.2, 1 epoch, 2 minibatches,
+no KL, grad-norm clip 1.0, AdamW without weight decay), except that the embedded default model and
+step count are small enough for `agentrl train` with no arguments to finish on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+AdvMode = Literal["grpo", "dr_grpo", "rloo", "none"]
+ADV_MODES: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "none")
+
+
+def _f(default: Any, help: str) -> Any:  # noqa: A002 - `help` is HfArgumentParser's metadata key
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class RLConfig:
+    """The full configuration of one `agentrl train` run (printed and stored in the results file).
+
+    Each field is documented once, in its `help` metadata; `rlconfig_parser()` turns the fields into
+    `--flag`s one-to-one. Construction validates the values (ValueError naming the field).
+    """
+
+    # -- what to train on
+    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, or 'tiny-qwen3' (random tiny Qwen3).")
+    env: str = _f("coding-tools", "Environment: edit-menu | coding-tools | python-session | wordle.")
+    tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
+    randomize_names: bool = _f(True, "Rename the function under test to an unrelated name (no hint about the bug).")
+    max_turns: int = _f(6, "Maximum assistant turns per episode.")
+    max_edits: int = _f(1, "Edits allowed per episode in the edit-menu env (ignored by the other envs).")
+    # -- sampling
+    group_size: int = _f(8, "Episodes per prompt (G); advantages are computed within each group.")
+    prompts_per_step: int = _f(8, "Distinct training tasks per step (B); a step has B*G episodes.")
+    max_new_tokens: int = _f(256, "Maximum sampled tokens per assistant turn.")
+    gen_batch: int = _f(16, "Episodes per generate call (bounds KV-cache memory).")
+    temperature: float = _f(1.0, "Sampling temperature; the trainer divides its logits by the same value.")
+    top_k: int | None = _f(None, "Top-k sampling (None = off, the default: sampler distribution = trained policy).")
+    top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off.")
+    # -- loss and update
+    adv_mode: AdvMode = _f("grpo", "Advantage estimator: grpo | dr_grpo | rloo | none (see agentrl.rl.advantages).")
+    clip_low: float = _f(0.2, "PPO clip below: ratio floor 1 - clip_low (for negative advantages).")
+    clip_high: float = _f(0.2, "PPO clip above: ratio ceiling 1 + clip_high (for positive advantages).")
+    kl_coef: float = _f(0.0, "Weight of the k3 KL penalty to a frozen reference copy of the initial model (0 = off).")
+    epochs: int = _f(1, "Passes over each step's episodes.")
+    minibatches: int = _f(2, "Optimizer steps per epoch; each has one token-mean normalizer over its policy tokens.")
+    micro: int = _f(4, "Rows per microbatch (gradient accumulation unit); does not change the gradient.")
+    lr: float = _f(1e-6, "AdamW learning rate.")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this value before each optimizer step.")
+    logprob_chunk_rows: int = _f(1024, "Policy positions per LM-head chunk (bounds the [rows, vocab] logits).")
+    # -- numerics and hardware
+    dtype: Literal["fp32", "bf16"] = _f("fp32", "Model parameter dtype.")
+    gradient_checkpointing: bool = _f(False, "Recompute trunk activations in backward (saves memory, costs time).")
+    device: str = _f("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
+    # -- schedule, evaluation, output
+    steps: int = _f(4, "Training steps (each: sample B*G episodes, then update).")
+    seed: int = _f(0, "Seed for task sampling, generation, bootstrap and everything else.")
+    eval_n: int = _f(8, "Held-out episodes per task before and after training (and per eval-curve point).")
+    eval_every: int = _f(0, "Evaluate the fixed held-out set every K steps (0 = only before and after).")
+    n_boot: int = _f(10000, "Bootstrap resamples for task-level confidence intervals.")
+    alpha: float = _f(0.05, "Interval level: a (1 - alpha) percentile bootstrap interval.")
+    out: str = _f("runs/default", "Output directory: results.json, train.log, plots, checkpoints.")
+    checkpoint_every: int = _f(0, "Save model, optimizer, RNG and step every N steps (0 = off).")
+    resume: bool = _f(False, "Continue from the latest checkpoint in <out>/checkpoints.")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field and what was expected."""
+        positive = ("max_turns", "group_size", "prompts_per_step", "max_new_tokens", "gen_batch", "epochs",
+                    "minibatches", "micro", "logprob_chunk_rows", "eval_n", "n_boot")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("steps", "eval_every", "checkpoint_every", "max_edits"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
+        if self.adv_mode not in ADV_MODES:
+            raise ValueError(f"RLConfig.adv_mode: expected one of {ADV_MODES}, got {self.adv_mode!r}")
+        if self.adv_mode in ("grpo", "dr_grpo", "rloo") and self.group_size < 2:
+            raise ValueError(f"RLConfig.group_size: adv_mode {self.adv_mode!r} needs group_size >= 2, "
+                             f"got {self.group_size}")
+        for name in ("clip_low", "clip_high"):
+            if not 0.0 < getattr(self, name) < (1.0 if name == "clip_low" else float("inf")):
+                raise ValueError(f"RLConfig.{name}: expected 0 < {name}" + (" < 1" if name == "clip_low" else "")
+                                 + f", got {getattr(self, name)!r}")
+        self._validate_floats()
+        if self.dtype not in ("fp32", "bf16"):
+            raise ValueError(f"RLConfig.dtype: expected 'fp32' or 'bf16', got {self.dtype!r}")
+        rows = self.prompts_per_step * self.group_size
+        if self.minibatches > rows:
+            raise ValueError(f"RLConfig.minibatches: {self.minibatches} minibatches need at least as many "
+                             f"episodes per step, got prompts_per_step*group_size = {rows}")
+
+    def _validate_floats(self) -> None:
+        checks = {
+            "temperature": (self.temperature > 0, "> 0"),
+            "top_p": (0.0 < self.top_p <= 1.0, "in (0, 1]"),
+            "top_k": (self.top_k is None or self.top_k >= 1, "None or >= 1"),
+            "kl_coef": (self.kl_coef >= 0, ">= 0"),
+            "lr": (self.lr > 0, "> 0"),
+            "weight_decay": (self.weight_decay >= 0, ">= 0"),
+            "max_grad_norm": (self.max_grad_norm > 0, "> 0"),
+            "alpha": (0.0 < self.alpha < 1.0, "in (0, 1)"),
+        }
+        for name, (ok, expected) in checks.items():
+            if not ok:
+                raise ValueError(f"RLConfig.{name}: expected {expected}, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as a JSON-ready dict (for the results file and the console)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RLConfig:
+        """Rebuild from `to_dict()` output; unknown keys raise ValueError naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"RLConfig: unknown keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**values)
+
+
+def rlconfig_parser(*, add_help: bool = True) -> Any:
+    """A `transformers.HfArgumentParser` with one `--flag` per RLConfig field (help from metadata).
+
+    Booleans get `--flag [true|false]` and `--no_flag`; Literal fields get `choices`; `top_k` takes an int.
+    For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
+    and build the config with `config_from_args(namespace)`.
+    """
+    from transformers import HfArgumentParser
+
+    return HfArgumentParser(RLConfig, add_help=add_help)
+
+
+def config_from_args(args: Any) -> RLConfig:
+    """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field."""
+    return RLConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)})

@@ -1,0 +1,120 @@
+"""Policy log-probs with the LM head applied only at policy positions, in chunks. Not the loss.
+
+The trunk runs on the whole sequence; its hidden states are gathered at the positions that PREDICT a
+policy token, and only those rows go through the LM head, `chunk_rows` at a time. Each chunk runs under
+torch.utils.checkpoint, so its [chunk_rows, V] logits are freed after the forward and recomputed in
+backward: prompt/tool tokens' full-vocabulary logits are never built, and at most one chunk's are alive.
+The head's post-processing that HF models apply in their own forward is mirrored: Gemma-style
+`final_logit_softcapping` and Cohere-style `logit_scale`; other custom heads are not covered.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(trunk, head) of a Hugging Face causal LM.
+
+    trunk: `model.get_decoder()` when available, else `getattr(model, model.base_model_prefix)`; called as
+    trunk(input_ids=..., attention_mask=...) it returns an object with `last_hidden_state` [N, L, H]
+    (final norm included). head: `model.get_output_embeddings()` (tied or not; weight [V, H]).
+
+    Raises:
+        ValueError: the model exposes neither a decoder nor an output embedding.
+    """
+    trunk = None
+    get_decoder = getattr(model, "get_decoder", None)
+    if callable(get_decoder):
+        trunk = get_decoder()
+    if trunk is None or trunk is model:
+        trunk = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if trunk is None or head is None:
+        raise ValueError(f"policy_logprobs: {type(model).__name__} is not a causal LM with a decoder trunk "
+                         "and an output embedding (get_decoder / get_output_embeddings)")
+    return trunk, head
+
+
+def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, inv_temp: float,
+                softcap: float | None, logit_scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, H] hidden, [M] targets -> ([M] log p(target), [M] entropy), softmax in fp32 or fp64."""
+    logits = head(h)  # [M, V]
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()  # bf16/fp16 models: softmax in fp32
+    if logit_scale is not None:  # Cohere-style scaled head, as the model's own forward does
+        logits = logits * logit_scale
+    if softcap is not None:  # Gemma-style final logit soft-capping, as the model's own forward does
+        logits = torch.tanh(logits / softcap) * softcap
+    if inv_temp != 1.0:
+        logits = logits * inv_temp
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(1, targets[:, None]).squeeze(1)
+    entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+    return logp, entropy
+
+
+def policy_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    policy_mask: torch.Tensor,
+    *,
+    chunk_rows: int = 1024,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability and entropy of the policy at each policy position.
+
+    Args:
+        model: a Hugging Face causal LM (see split_causal_lm).
+        input_ids: [N, L] long.
+        attention_mask: [N, L] (1 real, 0 padding). RIGHT padding (as collate builds): position ids are
+            0..L-1, which is what generation used for an unpadded episode.
+        policy_mask: [N, L]; 1 where input_ids[n, t] was sampled by the policy; column 0 must be 0.
+        chunk_rows: policy positions per LM-head call (bounds the [chunk_rows, V] logits).
+        temperature: the sampler's temperature; logits are divided by it (rule 2 of DESIGN.md).
+
+    Returns:
+        (logp [N, L], entropy [N, L]), float32 (float64 for an fp64 model): at policy positions (n, t), logp = log softmax(
+        logits from hidden[n, t-1])[input_ids[n, t]] and entropy = the entropy of that next-token
+        distribution (nats); 0.0 elsewhere. Differentiable with respect to the model's parameters.
+
+    Raises:
+        ValueError: shape mismatch, policy token at position 0, bad chunk_rows/temperature.
+    """
+    if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape or policy_mask.shape != input_ids.shape:
+        raise ValueError(f"policy_logprobs: input_ids, attention_mask, policy_mask must share shape [N, L]; got "
+                         f"{tuple(input_ids.shape)}, {tuple(attention_mask.shape)}, {tuple(policy_mask.shape)}")
+    if chunk_rows < 1 or temperature <= 0:
+        raise ValueError(f"policy_logprobs: need chunk_rows >= 1 and temperature > 0, got {chunk_rows}, {temperature}")
+    if bool(policy_mask[:, 0].any()):
+        raise ValueError("policy_logprobs: policy_mask[:, 0] must be 0 (the first token has no context)")
+    n, length = input_ids.shape
+    trunk, head = split_causal_lm(model)
+    hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [N, L, H]
+    rows, cols = policy_mask.nonzero(as_tuple=True)  # [M] each; cols >= 1
+    h_sel = hidden[rows, cols - 1]  # [M, H]: the gather happens BEFORE the head
+    targets = input_ids[rows, cols]  # [M]
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    logit_scale = getattr(model, "logit_scale", None)
+    logit_scale = float(logit_scale) if isinstance(logit_scale, (int, float)) else None
+    inv_temp = 1.0 / float(temperature)
+    logps, ents = [], []
+    for start in range(0, h_sel.shape[0], chunk_rows):
+        h = h_sel[start: start + chunk_rows]
+        t = targets[start: start + chunk_rows]
+        if torch.is_grad_enabled() and h.requires_grad:
+            lp, en = checkpoint(_head_chunk, head, h, t, inv_temp, softcap, logit_scale, use_reentrant=False)
+        else:
+            lp, en = _head_chunk(head, h, t, inv_temp, softcap, logit_scale)
+        logps.append(lp)
+        ents.append(en)
+    out_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    out_lp = torch.zeros((n, length), dtype=out_dtype, device=input_ids.device)
+    out_en = torch.zeros((n, length), dtype=out_dtype, device=input_ids.device)
+    if logps:
+        out_lp = out_lp.index_put((rows, cols), torch.cat(logps))
+        out_en = out_en.index_put((rows, cols), torch.cat(ents))
+    return out_lp, out_en

@@ -1,0 +1,177 @@
+"""One training update: minibatches, exact microbatch gradient accumulation, clipping, optimizer steps.
+
+Not the rollout or the trainer loop. The exactness rule (DESIGN.md rule 4): each minibatch has one
+normalizer, its total policy tokens (zero-advantage rows included), so summing microbatch losses gives
+the minibatch loss and microbatching never changes the gradient; zero-advantage rows contribute exactly
+zero gradient when there is no KL term, so their backward pass is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentrl.rl.batch import TrainBatch
+from agentrl.rl.logprobs import policy_logprobs
+from agentrl.rl.loss import policy_loss
+
+_WEIGHTED = ("ratio_mean", "clip_frac_low", "clip_frac_high", "clip_frac", "kl_sampler", "kl_ref",
+             "logprob_gap_abs", "logprob_gap", "entropy")
+
+
+def accumulate_gradients(
+    model: nn.Module, batch: TrainBatch, cfg: Any, *, normalizer: float, ref_model: nn.Module | None = None
+) -> dict[str, float]:
+    """Backward the minibatch loss into `.grad`, cfg.micro rows at a time (grads ADD to existing ones).
+
+    Args:
+        batch: the minibatch (any N rows).
+        cfg: needs micro, clip_low, clip_high, kl_coef, temperature, logprob_chunk_rows.
+        normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
+        ref_model: frozen reference, required when cfg.kl_coef > 0.
+
+    Returns:
+        stats: loss (the minibatch loss = sum of microbatch losses), token-weighted means of the
+        policy_loss stats over the rows that were run, rows_skipped, tokens_trained.
+    """
+    kl_on = cfg.kl_coef > 0
+    if kl_on and ref_model is None:
+        raise ValueError("accumulate_gradients: cfg.kl_coef > 0 needs ref_model")
+    active = torch.arange(batch.num_rows) if kl_on else (batch.advantages != 0).nonzero().flatten().cpu()
+    totals: dict[str, float] = {"loss": 0.0, "tokens_trained": 0.0}
+    for start in range(0, active.numel(), cfg.micro):
+        mb = batch.select(active[start: start + cfg.micro])
+        if mb.num_policy_tokens == 0:
+            continue
+        logp, ent = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
+                                    chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
+        ref_logp = None
+        if ref_model is not None and kl_on:
+            with torch.no_grad():
+                ref_logp, _ = policy_logprobs(ref_model, mb.input_ids, mb.attention_mask, mb.policy_mask,
+                                              chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
+        loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
+                               clip_high=cfg.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
+                               kl_coef=cfg.kl_coef, entropy=ent)
+        loss.backward()
+        totals["loss"] += float(loss.detach())
+        totals["tokens_trained"] += st["tokens"]
+        for k in _WEIGHTED:
+            if k in st:
+                totals[k] = totals.get(k, 0.0) + st[k] * st["tokens"]
+    for k in _WEIGHTED:
+        if k in totals:
+            totals[k] /= max(totals["tokens_trained"], 1.0)
+    totals["rows_skipped"] = float(batch.num_rows - active.numel())
+    return totals
+
+
+def minibatch_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    cfg: Any,
+    *,
+    ref_model: nn.Module | None = None,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """cfg.epochs passes over `batch`, each split into cfg.minibatches optimizer steps.
+
+    Each minibatch: normalizer = its policy tokens (zero-advantage rows count), gradients accumulated
+    over microbatches of cfg.micro rows (zero-advantage rows skipped unless cfg.kl_coef > 0), global
+    grad-norm clipped to cfg.max_grad_norm, one optimizer step. A minibatch with nothing to train
+    (all advantages zero, no KL) leaves `.grad` None, so the optimizer step changes nothing.
+
+    Args:
+        batch: [N, L] TrainBatch; rows are shuffled per epoch when `generator` is given, else kept in order.
+        cfg: RLConfig (epochs, minibatches, micro, clip_low, clip_high, kl_coef, max_grad_norm, ...).
+
+    Returns:
+        metrics averaged over optimizer steps (loss, grad_norm [pre-clip], grad_norm_max, token-weighted
+        clip_frac*, ratio_mean, entropy, kl_sampler, kl_ref [with ref_model], logprob_gap*; NaN when no
+        token was trained, e.g. all advantages zero), plus optimizer_steps, rows_skipped,
+        tokens_trained, policy_tokens, sampler_nll (-mean sampler log-prob over ALL policy tokens: an
+        unbiased estimate of the sampler's entropy, including rows skipped in backward), tokens_per_s
+        (policy tokens of the batch times epochs / wall-clock s), peak_memory_bytes, update_s.
+    """
+    if cfg.minibatches > batch.num_rows:
+        raise ValueError(f"minibatch_step: {cfg.minibatches} minibatches need >= as many rows, got {batch.num_rows}")
+    t0 = time.perf_counter()
+    device = next(model.parameters()).device
+    batch = batch.to(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    per_step: list[dict[str, float]] = []
+    for _ in range(cfg.epochs):
+        order = torch.randperm(batch.num_rows, generator=generator) if generator is not None else torch.arange(batch.num_rows)
+        for rows in torch.tensor_split(order, cfg.minibatches):
+            per_step.append(_one_minibatch(model, optimizer, batch.select(rows), cfg, params, ref_model))
+    elapsed = time.perf_counter() - t0
+    out = _mean_metrics(per_step)
+    for k in _WEIGHTED:  # same keys every step; NaN (stored as null) when no token was trained
+        if k != "kl_ref" or ref_model is not None:
+            out.setdefault(k, math.nan)
+    out["grad_norm_max"] = max(s["grad_norm"] for s in per_step)
+    for k in ("rows_skipped", "tokens_trained"):
+        out[k] = sum(s[k] for s in per_step)
+    pm = batch.policy_mask.bool()
+    out["policy_tokens"] = float(pm.sum())
+    out["sampler_nll"] = float(-batch.old_logprobs[pm].double().mean()) if pm.any() else 0.0
+    out["optimizer_steps"] = float(len(per_step))
+    out["update_s"] = elapsed
+    out["tokens_per_s"] = out["policy_tokens"] * cfg.epochs / max(elapsed, 1e-9)
+    out["peak_memory_bytes"] = float(peak_memory_bytes(device))
+    return out
+
+
+def _one_minibatch(model, optimizer, mb: TrainBatch, cfg, params, ref_model) -> dict[str, float]:
+    optimizer.zero_grad(set_to_none=True)
+    normalizer = mb.num_policy_tokens
+    if normalizer == 0:
+        return {"loss": 0.0, "grad_norm": 0.0, "rows_skipped": float(mb.num_rows), "tokens_trained": 0.0}
+    st = accumulate_gradients(model, mb, cfg, normalizer=normalizer, ref_model=ref_model)
+    with_grad = [p for p in params if p.grad is not None]
+    if with_grad:
+        st["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(with_grad, cfg.max_grad_norm))
+        optimizer.step()
+    else:
+        st["grad_norm"] = 0.0
+    optimizer.zero_grad(set_to_none=True)
+    return st
+
+
+def _mean_metrics(per_step: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for s in per_step for k in s}
+    return {k: sum(s[k] for s in per_step if k in s) / sum(1 for s in per_step if k in s) for k in sorted(keys)}
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak accelerator memory allocated by torch on a CUDA device since the last reset; on CPU, the
+    process's peak resident set size (ru_maxrss; KiB on Linux, bytes on macOS)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Turn on non-reentrant activation checkpointing of the decoder layers of an HF model, through
+    `activation_checkpointing_enable` (transformers >= 5.2x) or `gradient_checkpointing_enable` (older).
+    The gradient is unchanged (tested); the model must be in train mode for HF to checkpoint.
+
+    Raises: ValueError if the model supports neither.
+    """
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        raise ValueError(f"enable_gradient_checkpointing: {type(model).__name__} supports no activation checkpointing")
+    model.train()

@@ -1,0 +1,239 @@
+"""Episode driver: advance many episodes together, token-in/token-out, into `Trajectory`s.
+
+Not the sampler (agentrl.rollout.sampler), not the environments (agentrl.envs), not the reward (the
+environment computes it). Each round, every live episode samples one assistant turn (batched), then
+all their tool calls run concurrently in a thread pool (environments call the sandbox), then each
+episode appends the template's tool-response ids. Ends: final answer, the environment's own end
+(submitted, solved, out of turns), out_of_turns, out_of_tokens (context budget), sandbox_error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.chat.parse import check_call, parse_tool_calls
+from agentrl.chat.template import render_prompt
+from agentrl.chat.tito import TurnFormat, assert_tito_consistent, observation_ids, turn_format
+from agentrl.envs.base import Env, Observation, ToolResult
+from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
+from agentrl.rollout.trajectory import Trajectory, Turn
+from agentrl.tasks.task import Task
+
+TERMINATING = {"final_answer", "submitted", "solved"}
+# (contexts, per-context max_new_tokens) -> one Sample each; e.g. an OpenAI-compatible server client.
+SampleFn = Callable[[list[list[int]], list[int]], list[Sample]]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Episode-level knobs (the sampler's are in `sampling`).
+
+    Attributes:
+        max_turns: assistant turns per episode (None: each environment's own `max_turns`).
+        max_context_tokens: prompt + completion budget per episode; beyond it the episode ends
+            "out_of_tokens".
+        max_calls: tool calls run per turn; later ones are malformed ("too_many_calls").
+        tool_workers: threads executing environments' `step` concurrently.
+        enable_thinking: template thinking mode (False: non-thinking, where the template supports it).
+        check_template: run `assert_tito_consistent` once per distinct tool-schema set.
+    """
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_turns: int | None = None
+    max_context_tokens: int = 4096
+    max_calls: int = 4
+    tool_workers: int = 8
+    enable_thinking: bool = False
+    check_template: bool = True
+
+
+@dataclass
+class _Episode:
+    env: Env
+    task: Task
+    group_id: int
+    obs: Observation
+    prompt_ids: list[int]
+    completion: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    end_reason: str = ""
+    error: str = ""
+
+    @property
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.completion
+
+
+def _step_env(env: Env, calls: list) -> list[ToolResult] | BaseException:
+    try:
+        return env.step(calls)
+    except Exception as e:  # a broken env/sandbox ends this episode, never the run
+        return e
+
+
+def _turn_text(tokenizer: Any, sample: Sample, fmt: TurnFormat) -> str:
+    ids = list(sample.ids)
+    if not sample.hit_token_limit and tuple(ids[-len(fmt.eot_ids) :]) == fmt.eot_ids:
+        ids = ids[: -len(fmt.eot_ids)]
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+class _Driver:
+    def __init__(self, policy: Any, tokenizer: Any, cfg: RolloutConfig, sampler: SampleFn | None = None):
+        self.policy, self.tok, self.cfg, self.sampler = policy, tokenizer, cfg, sampler
+        self.fmt = turn_format(tokenizer, enable_thinking=cfg.enable_thinking)
+        self.checked: set[str] = set()
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.fmt.eot_ids[0]
+
+    def start(self, env: Env, task: Task, group_id: int, seed: int | None) -> _Episode:
+        obs = env.reset(task, seed=seed)
+        key = json.dumps(obs.tools, sort_keys=True)
+        if self.cfg.check_template and obs.tools and key not in self.checked:
+            assert_tito_consistent(self.tok, obs, enable_thinking=self.cfg.enable_thinking)
+            self.checked.add(key)
+        prompt = render_prompt(self.tok, obs, enable_thinking=self.cfg.enable_thinking)
+        ep = _Episode(env, task, group_id, obs, prompt)
+        if len(prompt) >= self.cfg.max_context_tokens:
+            ep.end_reason = "out_of_tokens"
+        return ep
+
+    def max_turns(self, ep: _Episode) -> int:
+        return self.cfg.max_turns or ep.env.max_turns
+
+    def sample(self, live: list[_Episode]) -> list[Sample]:
+        budgets = [min(self.cfg.sampling.max_new_tokens, self.cfg.max_context_tokens - len(e.context)) for e in live]
+        if self.sampler is not None:
+            return self.sampler([e.context for e in live], budgets)
+        return sample_turns(
+            self.policy, [e.context for e in live], stop_ids=self.fmt.eot_ids[:1], pad_id=self.pad_id,
+            cfg=self.cfg.sampling, max_new_tokens=budgets,
+        )
+
+    def parse(self, ep: _Episode, sample: Sample):
+        text = _turn_text(self.tok, sample, self.fmt)
+        calls, final = parse_tool_calls(text, max_calls=self.cfg.max_calls, hit_token_limit=sample.hit_token_limit)
+        return text, [check_call(c, ep.obs.tools) for c in calls], final
+
+    def record(self, ep: _Episode, sample: Sample, text: str, calls, results, obs_ids: list[int]) -> None:
+        ep.completion += list(sample.ids) + obs_ids
+        ep.mask += [1] * len(sample.ids) + [0] * len(obs_ids)
+        ep.logps += list(sample.logprobs) + [0.0] * len(obs_ids)
+        ep.turns.append(Turn(
+            completion_ids=sample.ids, sampler_logprobs=sample.logprobs, text=text, calls=tuple(calls),
+            results=tuple(results), observation_ids=tuple(obs_ids), hit_token_limit=sample.hit_token_limit,
+        ))
+
+    def round(self, live: list[_Episode], pool: ThreadPoolExecutor) -> None:
+        samples = self.sample(live)
+        parsed = [self.parse(e, s) for e, s in zip(live, samples, strict=True)]
+        acting = []
+        for ep, s, (text, calls, final) in zip(live, samples, parsed, strict=True):
+            if calls:
+                acting.append((ep, s, text, calls))
+                continue
+            self.record(ep, s, text, [], [], [])
+            try:
+                ep.env.final_answer(final)
+                ep.end_reason = "final_answer"
+            except Exception as e:  # noqa: BLE001 - recorded, never a crash of the run
+                ep.end_reason, ep.error = "sandbox_error", f"final_answer: {type(e).__name__}: {e}"
+        futures = [pool.submit(_step_env, ep.env, list(calls)) for ep, _, _, calls in acting]
+        for (ep, s, text, calls), fut in zip(acting, futures, strict=True):
+            self.after_step(ep, s, text, calls, fut.result())
+
+    def after_step(self, ep: _Episode, s: Sample, text: str, calls, results) -> None:
+        if isinstance(results, BaseException) or len(results) != len(calls):
+            why = results if isinstance(results, BaseException) else f"{len(results)} results for {len(calls)} calls"
+            self.record(ep, s, text, calls, [], [])
+            ep.end_reason, ep.error = "sandbox_error", f"step: {type(why).__name__}: {why}"
+            return
+        obs = observation_ids(results, self.tok, tools=ep.obs.tools, hit_token_limit=s.hit_token_limit,
+                              enable_thinking=self.cfg.enable_thinking, fmt=self.fmt)
+        if ep.env.done:
+            ep.end_reason = ep.env.end_reason or "env_done"
+        elif len(ep.turns) + 1 >= self.max_turns(ep):
+            ep.end_reason = "out_of_turns"
+        elif len(ep.context) + len(s.ids) + len(obs) + 1 > self.cfg.max_context_tokens:
+            ep.end_reason = "out_of_tokens"
+        # Observation ids are appended only if another turn follows: trailing mask-0 tokens train nothing.
+        self.record(ep, s, text, calls, results, [] if ep.end_reason else obs)
+
+
+def run_episodes(
+    policy: Any,
+    tokenizer: Any,
+    envs_and_tasks: list[tuple[Env, Task]],
+    *,
+    cfg: RolloutConfig | None = None,
+    group_ids: list[int] | None = None,
+    seed: int | None = None,
+    sampler: SampleFn | None = None,
+) -> list[Trajectory]:
+    """Run one episode per (env, task) pair, all advancing together; one `Trajectory` each, same order.
+
+    Args:
+        policy: HF causal LM; tokenizer: its tokenizer (chat template required).
+        envs_and_tasks: distinct env instances (one per episode) with their tasks.
+        group_ids: GRPO group of each episode (default: index).
+        seed: torch seed for sampling and the environments' reset seed (None: leave RNG as is).
+        sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler.
+
+    Returns:
+        Trajectories with `completion_ids == concat(turn.completion_ids + turn.observation_ids)`,
+        policy mask 1 exactly on sampled ids, sampler log-probs aligned (0.0 under mask 0).
+
+    Raises:
+        TitoMismatch / ValueError: the template check fails (before any sampling).
+    """
+    import torch
+
+    cfg = cfg or RolloutConfig()
+    if seed is not None:
+        torch.manual_seed(seed)
+    drv = _Driver(policy, tokenizer, cfg, sampler)
+    gids = group_ids if group_ids is not None else list(range(len(envs_and_tasks)))
+    eps = [drv.start(env, task, g, seed) for (env, task), g in zip(envs_and_tasks, gids, strict=True)]
+    with ThreadPoolExecutor(max_workers=max(1, cfg.tool_workers)) as pool:
+        while live := [e for e in eps if not e.end_reason]:
+            drv.round(live, pool)
+    return [_finish(drv, ep) for ep in eps]
+
+
+def _finish(drv: _Driver, ep: _Episode) -> Trajectory:
+    from agentrl.rollout.transcript import episode_stats, render_transcript
+
+    reward = 0.0
+    if ep.end_reason != "sandbox_error":
+        try:
+            reward = float(ep.env.reward())
+        except Exception as e:  # noqa: BLE001
+            ep.end_reason, ep.error = "sandbox_error", f"reward: {type(e).__name__}: {e}"
+    stats = {**_env_stats(ep.env), **episode_stats(ep.turns)}
+    try:
+        ep.env.close()
+    except Exception:  # noqa: BLE001, S110 - closing is best effort
+        pass
+    meta = {"error": ep.error} if ep.error else {}
+    if ep.turns and ep.turns[-1].hit_token_limit and ep.end_reason == "final_answer":
+        meta["final_turn_hit_token_limit"] = True
+    return Trajectory(
+        task_id=ep.task.id, group_id=ep.group_id, prompt_ids=tuple(ep.prompt_ids),
+        completion_ids=tuple(ep.completion), policy_mask=tuple(ep.mask), sampler_logprobs=tuple(ep.logps),
+        reward=reward, turns=tuple(ep.turns), stats=stats,
+        transcript=render_transcript(ep.obs, ep.turns, ep.end_reason, reward),
+        end_reason=ep.end_reason, terminated=ep.end_reason in TERMINATING,
+        truncated=ep.end_reason not in TERMINATING, meta=meta,
+    )
+
+
+def _env_stats(env: Env) -> dict[str, float]:
+    try:
+        return dict(env.stats())
+    except Exception:  # noqa: BLE001
+        return {}

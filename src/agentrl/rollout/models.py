@@ -1,0 +1,142 @@
+"""Load a policy (HF causal LM + tokenizer with a chat template) from a path, the HF cache, or a preset.
+
+Not a downloader unless asked (`allow_download=True`), and not the sampler (agentrl.rollout.sampler).
+Preset "tiny-qwen3": Qwen3 architecture from a small config derived from Qwen3-0.6B's config.json,
+random weights from a fixed seed, and the real Qwen3 tokenizer; for tests and the CPU default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agentrl.chat.template import chat_template_of
+from agentrl.paths import resolve_asset
+
+# Qwen3-0.6B's config.json with these fields replaced (about 9.8M parameters, mostly the tied embedding).
+TINY_QWEN3_OVERRIDES: dict[str, Any] = {
+    "num_hidden_layers": 2,
+    "max_window_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 8192,
+}
+PRESETS = ("tiny-qwen3",)
+QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = False):
+    """An HF tokenizer that has a chat template and a pad token.
+
+    Raises:
+        FileNotFoundError: nothing loadable at `name_or_path` (locally, unless downloads are allowed).
+        ValueError: the tokenizer has no chat template.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=not allow_download)
+    except (OSError, ValueError) as e:
+        hint = "" if allow_download else " (local files only; pass allow_download=True / --allow-download to fetch)"
+        raise FileNotFoundError(f"could not load a tokenizer from {str(name_or_path)!r}{hint}: {e}") from e
+    chat_template_of(tok)
+    if tok.pad_token_id is None:  # left padding needs a pad id; it is masked out everywhere
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def _qwen3_tokenizer_source() -> str:
+    """Asset "qwen3-tokenizer" (agentrl.paths order), else the HF cache's Qwen/Qwen3-0.6B.
+
+    Raises:
+        FileNotFoundError: neither is present (says how to fetch it).
+    """
+    try:
+        return str(resolve_asset("qwen3-tokenizer"))
+    except FileNotFoundError as e:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(QWEN3_HUB_ID, "tokenizer_config.json")
+        if isinstance(cached, str):
+            return str(Path(cached).parent)
+        raise FileNotFoundError(f"{e}; not in the HF cache ({QWEN3_HUB_ID}) either: run `agentrl assets fetch`") from e
+
+
+def tiny_qwen3_config(**overrides: Any):
+    """A `Qwen3Config`: Qwen3-0.6B's config.json (asset "qwen3-0.6b-config") with TINY_QWEN3_OVERRIDES."""
+    from transformers import Qwen3Config
+
+    path = resolve_asset("qwen3-0.6b-config") / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: expected Qwen3-0.6B's config.json: {e}") from e
+    raw.pop("torch_dtype", None)
+    raw.update(TINY_QWEN3_OVERRIDES | overrides)
+    return Qwen3Config(**raw)
+
+
+def load_policy(
+    name_or_path: str | os.PathLike,
+    dtype: str = "float32",
+    device: str = "cpu",
+    allow_download: bool = False,
+    *,
+    tokenizer_path: str | os.PathLike | None = None,
+    seed: int = 0,
+) -> tuple[Any, Any]:
+    """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
+
+    Args:
+        name_or_path: "tiny-qwen3", a folder with config + weights, or a hub id ("Qwen/Qwen3-0.6B").
+        dtype: "float32" (default: the sampler's and trainer's log-probs agree), "bfloat16", "float16".
+        device: torch device string.
+        allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
+        tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3", the asset
+            "qwen3-tokenizer", resolved as in agentrl.paths).
+        seed: weight seed for presets (random init).
+
+    Returns:
+        (model in eval mode on `device`, tokenizer with `padding_side="left"`).
+
+    Raises:
+        FileNotFoundError: model or tokenizer not found (message names the path and the cache rule).
+        ValueError: bad dtype, or the tokenizer has no chat template.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = _torch_dtype(dtype)
+    if str(name_or_path) == "tiny-qwen3":
+        tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(tiny_qwen3_config(), dtype=torch_dtype)
+    else:
+        p = Path(name_or_path).expanduser()
+        if str(name_or_path).startswith((".", "/", "~")) and not p.exists():
+            raise FileNotFoundError(f"model path {str(p)!r} does not exist")
+        tok = load_tokenizer(tokenizer_path or name_or_path, allow_download=allow_download)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(name_or_path), dtype=torch_dtype, local_files_only=not allow_download
+            )
+        except OSError as e:
+            hint = "" if allow_download else " (local files only: put it in the HF cache or pass --allow-download)"
+            raise FileNotFoundError(f"could not load model {str(name_or_path)!r}{hint}: {e}") from e
+    return model.to(device).eval(), tok

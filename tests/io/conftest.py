@@ -1,0 +1,39 @@
+"""Shared builders for agentrl.io tests: a synthetic results file shaped like the tools lab's."""
+
+import numpy as np
+
+from agentrl.io.results import RunResults
+from agentrl.rl.config import RLConfig
+
+BEFORE = [1, 0, 0, 0, 2, 1, 0, 0, 4, 0]
+AFTER = [8, 8, 1, 2, 8, 8, 0, 0, 4, 0]
+
+
+def build_synthetic(path, n_steps=6):
+    """A results file shaped like the tools lab's: before/after evals, an eval curve, per-step metrics."""
+    cfg = RLConfig(steps=n_steps, eval_every=2)
+    res = RunResults(path, cfg.to_dict(), seed=cfg.seed)
+    ids = [f"task{i}" for i in range(10)]
+    res.add_evaluation("before", step=0, task_ids=ids, successes=BEFORE, trials=8,
+                       tool_stats={"edit_missing_old_string": 0.30, "write": 0.46, "bash": 0.2}, n_boot=2000)
+    rng = np.random.default_rng(0)
+    for step in range(n_steps):
+        r = float(np.clip(0.1 + 0.07 * step + rng.normal(0, 0.05), 0, 1))
+        res.add_step(step, {"reward_mean": r, "reward_std": 0.3, "pass_rate": r, "frac_zero_std": 0.25,
+                            "entropy": 0.18 - 0.01 * step, "sampler_nll": 0.2, "clip_frac": 0.01,
+                            "grad_norm": 0.5, "kl_sampler": 1e-4, "peak_memory_bytes": 1.4e10,
+                            "kl_ref": float("nan")})
+        if step % 2 == 1:
+            mid = [min(8, b + (a - b) * (step + 1) // n_steps) for b, a in zip(BEFORE, AFTER, strict=True)]
+            res.add_evaluation("curve", step=step + 1, task_ids=ids, successes=mid, trials=8, n_boot=2000)
+    res.add_evaluation("after", step=n_steps, task_ids=ids, successes=AFTER, trials=8,
+                       tool_stats={"edit_missing_old_string": 0.0, "write": 0.0, "bash": 0.0}, n_boot=2000)
+    res.add_paired_difference(n_boot=2000)
+    res.add_transcript("heldout_before", "task0", "<|im_start|>user ...", reward=0.0)
+    res.set("tool_schemas", [{"type": "function", "function": {"name": "Read", "parameters": {}}}])
+    res.set("sandbox", {"backend": "rlimit", "timeout_s": 10.0, "memory_bytes": 2**30})
+    res.compute_noise()
+    res.finish(wall_clock_s=12.5)
+    return res
+
+

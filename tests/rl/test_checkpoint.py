@@ -1,0 +1,95 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+
+
+def _draw():
+    return (random.random(), float(np.random.rand()), torch.rand(3).tolist())
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_reload_reproduces_weights_optimizer_and_rng(tiny_qwen3, tmp_path, tie):
+    model = tiny_qwen3(dtype=torch.float32, tie=tie)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    path = save_checkpoint(tmp_path / "ck", 5, model, opt, extra={"cursor": 17})
+    expected = _draw()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+
+    other = tiny_qwen3(dtype=torch.float32, tie=tie, seed=99)
+    opt2 = torch.optim.AdamW(other.parameters(), lr=1e-3)
+    _draw()  # advance the streams: the reload must rewind them
+    meta = load_checkpoint(path, other, opt2)
+    assert meta["step"] == 5 and meta["extra"] == {"cursor": 17}
+    assert _draw() == expected
+    for k, v in other.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
+    assert all(torch.equal(s1[i]["exp_avg"], s2[i]["exp_avg"]) for i in s1)
+
+
+def test_latest_ignores_incomplete_and_temporary(tiny_qwen3, tmp_path):
+    model = tiny_qwen3(dtype=torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert latest_checkpoint(tmp_path / "none") is None
+    save_checkpoint(tmp_path, 2, model, opt)
+    save_checkpoint(tmp_path, 10, model, opt)
+    (tmp_path / "step_000020").mkdir()  # killed before meta.json: not a checkpoint
+    (tmp_path / ".tmp-step_000030-abcd").mkdir()
+    assert latest_checkpoint(tmp_path).name == "step_000010"
+    assert not list(tmp_path.glob(".tmp-step_0000[01]*"))
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        load_checkpoint(tmp_path / "step_000020", model)
+    deleted = prune_checkpoints(tmp_path, keep_last=1)
+    assert sorted(p.name for p in deleted) == [".tmp-step_000030-abcd", "step_000002"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000010", "step_000020"]
+
+
+def test_failed_save_leaves_nothing(tiny_qwen3, tmp_path):
+    model = tiny_qwen3(dtype=torch.float32)
+    with pytest.raises(TypeError):
+        save_checkpoint(tmp_path, 1, model, torch.optim.SGD(model.parameters(), lr=0.1), extra={"x": object()})
+    assert list(tmp_path.iterdir()) == [] and latest_checkpoint(tmp_path) is None
+
+
+def test_kill_during_checkpointing_leaves_a_loadable_latest(tmp_path):
+    """SIGKILL a process that checkpoints in a loop; the latest complete checkpoint always loads."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(f"""
+        import torch
+        from agentrl.rl.checkpoint import save_checkpoint
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))  # plain module: state_dict.pt
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = 0
+        while True:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(float(step))
+            save_checkpoint({str(tmp_path)!r}, step, model, opt)
+            step += 1
+            if step == 2:
+                print("ready", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    latest = latest_checkpoint(tmp_path)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))
+    meta = load_checkpoint(latest, model)
+    assert meta["step"] >= 1
+    assert all(torch.all(p == float(meta["step"])) for p in model.parameters())

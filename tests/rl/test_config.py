@@ -1,0 +1,56 @@
+import dataclasses
+
+import pytest
+
+from agentrl.rl.config import RLConfig, config_from_args, rlconfig_parser
+
+
+def test_defaults_follow_the_writeup():
+    c = RLConfig()
+    assert (c.group_size, c.prompts_per_step, c.max_turns, c.adv_mode) == (8, 8, 6, "grpo")
+    assert (c.clip_low, c.clip_high, c.epochs, c.minibatches, c.kl_coef) == (0.2, 0.2, 1, 2, 0.0)
+    assert (c.max_grad_norm, c.weight_decay, c.temperature, c.top_k, c.top_p) == (1.0, 0.0, 1.0, None, 1.0)
+    assert c.randomize_names is True and c.dtype == "fp32"
+
+
+def test_every_field_has_a_flag_with_help():
+    parser = rlconfig_parser()
+    flags = {opt: a for a in parser._actions for opt in a.option_strings}
+    for f in dataclasses.fields(RLConfig):
+        assert f.metadata.get("help"), f.name
+        action = flags[f"--{f.name}"]
+        assert action.dest == f.name and f.metadata["help"] in action.help
+
+
+def test_flags_parse_literal_bool_optional():
+    (c,) = rlconfig_parser().parse_args_into_dataclasses(
+        ["--adv_mode", "rloo", "--no_randomize_names", "--top_k", "20", "--dtype", "bf16", "--gradient_checkpointing",
+         "true", "--lr", "3e-6"])
+    assert c.adv_mode == "rloo" and c.randomize_names is False and c.top_k == 20
+    assert c.dtype == "bf16" and c.gradient_checkpointing is True and c.lr == 3e-6
+    with pytest.raises(SystemExit):
+        rlconfig_parser().parse_args_into_dataclasses(["--adv_mode", "ppo"])
+
+
+def test_flags_added_to_foreign_parser_roundtrip():
+    import argparse
+    p = argparse.ArgumentParser().add_subparsers().add_parser("train", parents=[rlconfig_parser(add_help=False)])
+    c = config_from_args(p.parse_args(["--steps", "3", "--resume", "true"]))
+    assert c.steps == 3 and c.resume is True
+    assert RLConfig.from_dict(c.to_dict()) == c
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"group_size": 1}, "group_size"), ({"clip_low": 1.0}, "clip_low"), ({"micro": 0}, "micro"),
+    ({"adv_mode": "x"}, "adv_mode"), ({"top_p": 0.0}, "top_p"), ({"kl_coef": -1.0}, "kl_coef"),
+    ({"minibatches": 65}, "minibatches"), ({"dtype": "fp16"}, "dtype"),
+])
+def test_validation_names_the_field(kw, field):
+    with pytest.raises(ValueError, match=f"RLConfig.{field}"):
+        RLConfig(**kw)
+
+
+def test_group_size_one_allowed_without_baseline():
+    assert RLConfig(adv_mode="none", group_size=1).group_size == 1
+    with pytest.raises(ValueError, match="unknown keys"):
+        RLConfig.from_dict({"nope": 1})

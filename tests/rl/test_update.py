@@ -1,0 +1,121 @@
+"""The exactness invariants of the update: microbatching and zero-advantage skipping never change the gradient."""
+
+import copy
+
+import pytest
+import torch
+
+from agentrl.rl.config import RLConfig
+from agentrl.rl.loss import policy_loss
+from agentrl.rl.update import accumulate_gradients, minibatch_step
+
+
+def _cfg(**kw):
+    base = dict(micro=2, minibatches=1, epochs=1, max_grad_norm=1e9, logprob_chunk_rows=5)
+    base.update(kw)
+    return RLConfig(**base)
+
+
+def _reference_grads(model, b, *, ref_model=None, kl_coef=0.0):
+    """Unsplit minibatch, full [N, L, V] logits, one backward."""
+    model.zero_grad(set_to_none=True)
+
+    def full_logp(m):
+        logits = m(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        lp = torch.log_softmax(logits[:, :-1], -1).gather(2, b.input_ids[:, 1:, None]).squeeze(2)
+        return torch.nn.functional.pad(lp, (1, 0))
+
+    ref_logp = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp = full_logp(ref_model)
+    loss, _ = policy_loss(full_logp(model), b.old_logprobs.double(), b.advantages.double(), b.policy_mask,
+                          normalizer=float(b.num_policy_tokens), ref_logp=ref_logp, kl_coef=kl_coef)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return loss.item(), grads
+
+
+@pytest.mark.parametrize("micro", [1, 3, 8])
+def test_accumulated_gradient_equals_unsplit_minibatch(tiny_qwen3, make_batch, micro):
+    model = tiny_qwen3(dtype=torch.float64)
+    b = make_batch(n=8, zero_adv_rows=(1, 4, 5))
+    ref_loss, ref = _reference_grads(model, b)
+    calls = []
+    model.model.register_forward_hook(lambda mod, inp, out: calls.append(out.last_hidden_state.shape[0]))
+    st = accumulate_gradients(model, b, _cfg(micro=micro), normalizer=b.num_policy_tokens)
+    assert st["loss"] == pytest.approx(ref_loss, rel=1e-10, abs=1e-12)
+    for r, p in zip(ref, model.parameters(), strict=True):
+        assert torch.allclose(p.grad, r, rtol=1e-8, atol=1e-11)
+    assert st["rows_skipped"] == 3 and sum(calls) == 5  # zero-advantage rows never ran forward/backward
+    assert max(calls) <= micro
+
+
+def test_normalizer_counts_skipped_rows(tiny_qwen3, make_batch):
+    model = tiny_qwen3(dtype=torch.float64)
+    b = make_batch(n=4, zero_adv_rows=(0, 1))
+    st_full = accumulate_gradients(model, b, _cfg(), normalizer=b.num_policy_tokens)
+    kept = b.select([2, 3])
+    model.zero_grad(set_to_none=True)
+    st_kept = accumulate_gradients(model, kept, _cfg(), normalizer=kept.num_policy_tokens)
+    ratio = kept.num_policy_tokens / b.num_policy_tokens
+    assert st_full["loss"] == pytest.approx(st_kept["loss"] * ratio, rel=1e-10)
+
+
+def test_kl_term_trains_zero_advantage_rows_exactly(tiny_qwen3, make_batch):
+    model = tiny_qwen3(dtype=torch.float64)
+    ref_model = tiny_qwen3(dtype=torch.float64, seed=7)
+    b = make_batch(n=5, zero_adv_rows=(0, 3))
+    _, ref = _reference_grads(model, b, ref_model=ref_model, kl_coef=0.3)
+    st = accumulate_gradients(model, b, _cfg(kl_coef=0.3, micro=2), normalizer=b.num_policy_tokens,
+                              ref_model=ref_model)
+    assert st["rows_skipped"] == 0 and st["kl_ref"] > 0
+    for r, p in zip(ref, model.parameters(), strict=True):
+        assert torch.allclose(p.grad, r, rtol=1e-8, atol=1e-11)
+
+
+def test_minibatch_step_sgd_update_matches_reference(tiny_qwen3, make_batch):
+    model = tiny_qwen3(dtype=torch.float64)
+    expected = copy.deepcopy(model)
+    b = make_batch(n=6, zero_adv_rows=(2,))
+    lr = 0.01
+    for rows in ([0, 1, 2], [3, 4, 5]):  # minibatches=2 in order: two sequential SGD steps
+        _, grads = _reference_grads(expected, b.select(rows, trim=False))
+        with torch.no_grad():
+            for p, g in zip(expected.parameters(), grads, strict=True):
+                p.sub_(lr * g)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    st = minibatch_step(model, opt, b, _cfg(minibatches=2, micro=2))
+    for p, q in zip(model.parameters(), expected.parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=1e-9, atol=1e-12)
+    assert st["optimizer_steps"] == 2 and st["rows_skipped"] == 1 and st["grad_norm"] > 0
+    assert st["policy_tokens"] == b.num_policy_tokens and st["tokens_per_s"] > 0 and st["peak_memory_bytes"] > 0
+    assert st["sampler_nll"] == pytest.approx(float(-b.old_logprobs[b.policy_mask.bool()].double().mean()))
+
+
+def test_grad_norm_clip_bounds_the_step(tiny_qwen3, make_batch):
+    model = tiny_qwen3(dtype=torch.float64)
+    before = torch.nn.utils.parameters_to_vector(model.parameters()).clone()
+    st = minibatch_step(model, torch.optim.SGD(model.parameters(), lr=1.0), make_batch(n=4), _cfg(max_grad_norm=0.01))
+    step = torch.nn.utils.parameters_to_vector(model.parameters()) - before
+    assert st["grad_norm"] > 0.01
+    assert step.norm().item() == pytest.approx(0.01, rel=1e-4)  # torch divides by (norm + 1e-6)
+
+
+def test_all_zero_advantages_leave_adamw_params_unchanged(tiny_qwen3, make_batch):
+    model = tiny_qwen3(dtype=torch.float64)
+    before = [p.clone() for p in model.parameters()]
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.0)
+    st = minibatch_step(model, opt, make_batch(n=4, zero_adv_rows=(0, 1, 2, 3)), _cfg(minibatches=2))
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+    assert st["grad_norm"] == 0.0 and st["rows_skipped"] == 4 and st["tokens_trained"] == 0
+
+
+def test_metrics_keys_are_stable_when_nothing_trains(tiny_qwen3, make_batch):
+    import math
+
+    model = tiny_qwen3(dtype=torch.float64)
+    st = minibatch_step(model, torch.optim.SGD(model.parameters(), lr=0.1), make_batch(n=2, zero_adv_rows=(0, 1)),
+                        _cfg())
+    assert math.isnan(st["entropy"]) and math.isnan(st["clip_frac"]) and "kl_ref" not in st

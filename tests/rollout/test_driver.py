@@ -1,0 +1,209 @@
+"""Episode driver: a small fake Env (unit-test fake) with a scripted token sampler, and tiny-qwen3 for real."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+import torch
+
+from agentrl.chat.template import encode, render_prompt
+from agentrl.envs.base import Env, Observation, ToolResult
+from agentrl.rollout.driver import RolloutConfig, run_episodes
+from agentrl.rollout.models import load_policy
+from agentrl.rollout.sampler import Sample, SamplingConfig
+from agentrl.tasks.task import Task
+
+EOT = 151645
+TOOLS = [{"type": "function", "function": {"name": "echo", "description": "Echo text back.", "parameters": {
+    "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}]
+
+
+class EchoEnv(Env):
+    """Echoes its argument; "fail" is rejected; reward 1 if the final answer is "done"."""
+
+    name = "echo"
+
+    def __init__(self, max_turns=4, step_sleep_s=0.0, crash=False):
+        self.max_turns, self.step_sleep_s, self.crash = max_turns, step_sleep_s, crash
+        self.active = {"now": 0, "peak": 0}
+        self.lock = threading.Lock()
+
+    def reset(self, task, seed=None):
+        self.answer, self.steps, self.end_reason, self.closed = None, 0, None, False
+        return Observation("You echo.", f"Task {task.id}", TOOLS)
+
+    def step(self, calls):
+        if self.crash:
+            raise RuntimeError("sandbox died")
+        time.sleep(self.step_sleep_s)
+        self.steps += 1
+        out = []
+        for c in calls:
+            if c.malformed:
+                out.append(ToolResult(c, "malformed", f"error: {c.malformed}"))
+            elif c.arguments["text"] == "fail":
+                out.append(ToolResult(c, "failed", "error: refused"))
+            else:
+                out.append(ToolResult(c, "ok", c.arguments["text"]))
+        return out
+
+    def final_answer(self, text):
+        self.answer, self.end_reason = text, "final_answer"
+
+    @property
+    def done(self):
+        return self.end_reason is not None
+
+    def reward(self):
+        return 1.0 if self.answer == "done" else 0.0
+
+    def tools(self):
+        return TOOLS
+
+    def stats(self):
+        return {"echo_steps": self.steps}
+
+    def close(self):
+        self.closed = True
+
+
+def task(i):
+    return Task(id=f"t{i}", family="echo", split="heldout", files={}, entry="f", source_file="f.py",
+                public_tests=(), hidden_tests=(), reference="")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_policy("tiny-qwen3")[1]
+
+
+def call(text):
+    return "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": text}}) + "\n</tool_call>"
+
+
+class Script:
+    """Scripted token-level sampler: episode k's turn t emits `scripts[k][t]` (+ <|im_end|> unless cut)."""
+
+    def __init__(self, tok, scripts):
+        self.tok, self.scripts, self.calls = tok, scripts, []
+        self.turn = {}
+
+    def __call__(self, contexts, budgets):
+        self.calls.append(len(contexts))
+        out = []
+        for ctx, budget in zip(contexts, budgets, strict=True):
+            k = int(re.search(r"Task t(\d+)<\|im_end\|>", self.tok.decode(ctx)).group(1))
+            t = self.turn.get(k, 0)
+            self.turn[k] = t + 1
+            ids = encode(self.tok, self.scripts[k][t])
+            cut = len(ids) >= budget
+            ids = ids[:budget] if cut else ids + [EOT]
+            out.append(Sample(tuple(ids), tuple(-0.5 for _ in ids), hit_token_limit=cut))
+        return out
+
+
+def run(tok, scripts, envs=None, **cfg):
+    envs = envs or [EchoEnv() for _ in scripts]
+    sampler = Script(tok, scripts)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=cfg.pop("max_new_tokens", 64)), **cfg)
+    trajs = run_episodes(None, tok, [(e, task(i)) for i, e in enumerate(envs)], cfg=cfg, sampler=sampler)
+    return trajs, envs, sampler
+
+
+def check_invariants(tr):
+    assert len(tr.completion_ids) == len(tr.policy_mask) == len(tr.sampler_logprobs)
+    assert list(tr.completion_ids) == [i for t in tr.turns for i in t.completion_ids + t.observation_ids]
+    assert sum(tr.policy_mask) == sum(len(t.completion_ids) for t in tr.turns)
+    assert all(lp == 0.0 for lp, m in zip(tr.sampler_logprobs, tr.policy_mask, strict=True) if not m)
+
+
+def test_episodes_end_for_the_right_reasons(tok):
+    scripts = [
+        [call("a") + "\n" + call("fail"), "done"],                      # tool turn, then final answer
+        [call("x")] * 5,                                               # out of turns (env max 4)
+        ['<tool_call>\n{"name": "echo", "arguments": {"text": "unfinished ' + "y" * 200],  # cut; then answer
+        ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "not done"],
+    ]
+    scripts[2].append("done")
+    trajs, envs, sampler = run(tok, scripts, max_new_tokens=48)
+    assert [t.end_reason for t in trajs] == ["final_answer", "out_of_turns", "final_answer", "final_answer"]
+    assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]
+    assert sampler.calls[0] == 4 and len(trajs[1].turns) == 4
+    assert [r.status for r in trajs[0].turns[0].results] == ["ok", "failed"]
+    assert trajs[2].turns[0].hit_token_limit and trajs[2].turns[0].calls[0].malformed.startswith("cut_off")
+    assert tok.decode(list(trajs[2].turns[0].observation_ids)).startswith("<|im_end|>\n<|im_start|>user")
+    assert trajs[3].turns[0].results[0].call.malformed.startswith("unknown_tool")
+    assert trajs[0].stats["calls_ok"] == 1 and trajs[0].stats["calls_failed"] == 1 and trajs[0].stats["echo_steps"] == 1
+    assert trajs[3].stats["malformed_unknown_tool"] == 1
+    assert trajs[0].terminated and trajs[1].truncated and all(e.closed for e in envs)
+    assert "[tool echo -> failed] error: refused" in trajs[0].transcript and "[end] final_answer" in trajs[0].transcript
+    for tr in trajs:
+        check_invariants(tr)
+    assert trajs[0].turns[-1].observation_ids == ()  # nothing appended after the last turn
+
+
+def test_completion_matches_template_rendering(tok):
+    trajs, _, _ = run(tok, [[call("a"), call("b") + call("c"), "done"]])
+    text = tok.decode(list(trajs[0].prompt_ids + trajs[0].completion_ids))
+    assert text.count("<tool_response>") == 3 and text.endswith("<think>\n\n</think>\n\ndone<|im_end|>")
+    assert "</tool_response>\n<tool_response>" in text  # two results in one turn: consecutive blocks
+
+
+def test_context_budget_and_sandbox_errors(tok):
+    prompt_len = len(render_prompt(tok, EchoEnv().reset(task(0))))
+    budget = prompt_len + 100  # about two turns of this script
+    trajs, _, _ = run(tok, [[call("z" * 50)] * 5], max_context_tokens=budget, max_new_tokens=64)
+    assert trajs[0].end_reason == "out_of_tokens" and trajs[0].truncated and len(trajs[0].turns) < 4
+    assert len(trajs[0].prompt_ids) + len(trajs[0].completion_ids) <= budget
+    trajs, _, _ = run(tok, [[call("a")], ["done"]], envs=[EchoEnv(crash=True), EchoEnv()])
+    assert trajs[0].end_reason == "sandbox_error" and "sandbox died" in trajs[0].meta["error"]
+    assert trajs[0].reward == 0.0 and trajs[1].reward == 1.0  # one broken env does not stop the others
+
+
+def test_tool_calls_run_concurrently(tok):
+    envs = [EchoEnv(step_sleep_s=0.3) for _ in range(6)]
+    t0 = time.perf_counter()
+    run(tok, [[call("a"), "done"]] * 6, envs=envs, tool_workers=6)
+    assert time.perf_counter() - t0 < 6 * 0.3  # serial would take >= 1.8 s
+
+
+def test_real_tiny_qwen3_episodes(tok):
+    model, tok2 = load_policy("tiny-qwen3")
+    torch.manual_seed(0)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=12, gen_batch=3), max_turns=2)
+    trajs = run_episodes(model, tok2, [(EchoEnv(), task(i)) for i in range(5)], cfg=cfg, seed=0)
+    for tr in trajs:
+        check_invariants(tr)
+        assert tr.end_reason in {"final_answer", "out_of_turns"} and tr.transcript.startswith("[system] You echo.")
+        ctx = list(tr.prompt_ids)
+        for turn in tr.turns:  # the trainer's recomputation agrees with the sampler on every turn
+            full = torch.tensor([ctx + list(turn.completion_ids)])
+            with torch.no_grad():
+                lp = torch.log_softmax(model(full).logits.float()[0, len(ctx) - 1 : -1], -1)
+            got = lp.gather(-1, torch.tensor(turn.completion_ids)[:, None]).squeeze(-1)
+            assert (got - torch.tensor(turn.sampler_logprobs)).abs().max() < 1e-4
+            ctx += list(turn.completion_ids + turn.observation_ids)
+
+
+def test_trainer_policy_logprobs_match_sampler_on_whole_trajectories(tok):
+    """The trainer's helper (agentrl.rl.logprobs, branch rlmath) on right-padded whole episodes."""
+    logprobs = pytest.importorskip("agentrl.rl.logprobs")
+    model, tok2 = load_policy("tiny-qwen3")
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=10, gen_batch=4), max_turns=2)
+    trajs = run_episodes(model, tok2, [(EchoEnv(), task(i)) for i in range(4)], cfg=cfg, seed=1)
+    seqs = [list(t.prompt_ids + t.completion_ids) for t in trajs]
+    width = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    attn, pmask, want = (torch.zeros(len(seqs), width) for _ in range(3))
+    for i, (t, s) in enumerate(zip(trajs, seqs, strict=True)):
+        p = len(t.prompt_ids)
+        ids[i, : len(s)], attn[i, : len(s)] = torch.tensor(s), 1
+        pmask[i, p : len(s)] = torch.tensor(t.policy_mask, dtype=torch.float)
+        want[i, p : len(s)] = torch.tensor(t.sampler_logprobs)
+    with torch.no_grad():
+        got, _ = logprobs.policy_logprobs(model, ids, attn.long(), pmask.long())
+    assert pmask.sum() > 0 and (got - want).abs().max().item() < 1e-4

@@ -1,0 +1,62 @@
+"""load_policy: the tiny-qwen3 preset, and clear errors for missing models, tokenizers and templates."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from agentrl.paths import resolve_asset
+from agentrl.rollout.models import load_policy, load_tokenizer, tiny_qwen3_config
+
+
+def test_tiny_qwen3_is_qwen3_small_and_seeded():
+    model, tok = load_policy("tiny-qwen3", seed=3)
+    cfg = model.config
+    assert cfg.model_type == "qwen3" and cfg.num_hidden_layers == 2 and cfg.hidden_size == 64
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size) == (4, 2, 151936)
+    assert next(model.parameters()).dtype == torch.float32 and not model.training
+    assert tok.padding_side == "left" and tok.pad_token == "<|endoftext|>" and tok.chat_template
+    again, _ = load_policy("tiny-qwen3", seed=3)
+    other, _ = load_policy("tiny-qwen3", seed=4)
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(model.state_dict()[w], again.state_dict()[w])
+    assert not torch.equal(model.state_dict()[w], other.state_dict()[w])
+    assert tiny_qwen3_config().tie_word_embeddings  # as in Qwen3-0.6B's config.json
+
+
+def test_tokenizer_revision_override():
+    _, tok = load_policy("tiny-qwen3", tokenizer_path=resolve_asset("qwen3-tokenizer-current"))
+    assert "message.content is string" in tok.chat_template
+
+
+def test_missing_model_and_tokenizer_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_policy(str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="local files only"):
+        load_policy("no-such-org/no-such-model")
+    with pytest.raises(ValueError, match="dtype"):
+        load_policy("tiny-qwen3", dtype="float8")
+
+
+def test_tokenizer_without_chat_template_is_rejected(tmp_path):
+    src = resolve_asset("qwen3-tokenizer")
+    shutil.copy(src / "tokenizer.json", tmp_path / "tokenizer.json")
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="no chat template"):
+        load_tokenizer(tmp_path)
+
+
+def test_tiny_qwen3_tokenizer_missing_everywhere_says_how_to_fetch(tmp_path, monkeypatch):
+    import agentrl.paths as paths
+
+    monkeypatch.setenv("AGENTRL_ASSETS", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(paths, "_shared_candidates", lambda kind: [])
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(FileNotFoundError, match="agentrl assets fetch"):
+        load_policy("tiny-qwen3")
