@@ -59,12 +59,13 @@ class WordleEnv(ToolEnv):
         max_turns: assistant turns per episode (default: max_guesses + 2, room for invalid guesses).
         words: accepted guesses (default: any five lower-case letters).
         shaped: use the shaped reward.
+        sandbox: accepted so that every environment takes `make_env(name, sandbox=...)`; unused.
     """
 
     name = "wordle"
 
     def __init__(self, max_guesses: int = 6, max_turns: int | None = None, words: Iterable[str] | None = None,
-                 shaped: bool = False):
+                 shaped: bool = False, sandbox: object = None):
         super().__init__(max_turns=max_turns or max_guesses + 2)
         self.max_guesses = max_guesses
         self.words = frozenset(words) if words is not None else None
