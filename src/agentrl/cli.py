@@ -15,6 +15,7 @@ import sys
 # One line per stage; each module adds its own sub-commands.
 COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
+    "agentrl.envs.commands",
     "agentrl.chat.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
