@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.chat.template import observation_messages, render_prompt, tool_messages
+from agentrl.chat.template import observation_messages, tool_messages
 from agentrl.chat.tito import (
     TurnFormat,
     assert_conversation_ids,
