@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.chat.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
+    "agentrl.rl.sft_commands",
 )
 
 
