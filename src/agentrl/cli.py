@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.chat.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
+    "agentrl.envs.commands",
 )
 
 
