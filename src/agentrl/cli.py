@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.rollout.commands",
     "agentrl.io.commands",
     "agentrl.envs.commands",
+    "agentrl.rl.commands",
 )
 
 
