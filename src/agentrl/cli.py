@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.rollout.commands",
     "agentrl.io.commands",
     "agentrl.rl.sft_commands",
+    "agentrl.rl.commands",
 )
 
 
