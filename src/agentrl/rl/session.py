@@ -67,6 +67,7 @@ class RunSession:
     device: str
     start_step: int = 0
     ref_model: Any = None
+    sampler: Any = None  # optional agentrl.rollout.driver.SampleFn replacing HF generate (e.g. a server client)
     t_start: float = field(default_factory=time.perf_counter)
 
     @property
@@ -93,7 +94,7 @@ class RunSession:
         )
         pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
         self.model.eval()
-        return run_episodes(self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed,
+        return run_episodes(self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=self.sampler,
                             group_ids=list(group_ids) if group_ids is not None else None)
 
     # -- persistence ------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class RunSession:
     # -- construction -----------------------------------------------------------------------------
     @classmethod
     @contextlib.contextmanager
-    def open(cls, cfg: RLConfig) -> Iterator[RunSession]:
+    def open(cls, cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSession]:
         """Build the session; on exit close the sandbox and mark the results file failed/interrupted if
         the run did not finish (the file keeps every completed step)."""
         from agentrl.io.log import log_config, setup_logging
@@ -132,6 +133,7 @@ class RunSession:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
         sess = cls._load(cfg, out, tasks, Sandbox())
+        sess.sampler = sampler
         try:
             yield sess
         except BaseException as e:

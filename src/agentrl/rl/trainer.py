@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,7 +109,7 @@ def _log_step(step: int, m: dict[str, float]) -> None:
              m["time/rollout_s"], m["time/update_s"])
 
 
-def train(cfg: RLConfig) -> Path:
+def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
     """Run GRPO per `cfg` and return the results JSON path.
 
     Order: held-out evaluation ("before"), `cfg.steps` GRPO steps (an eval-curve point every
@@ -116,10 +117,14 @@ def train(cfg: RLConfig) -> Path:
     the paired after-before difference with its task-level bootstrap interval, the noise analysis,
     plots. The results file is rewritten after every step, so a crash loses at most the current step.
 
+    Args:
+        sampler: optional token-level sampler (agentrl.rollout.driver.SampleFn) used instead of HF
+            generate, e.g. a client of an inference server that returns ids and log-probs.
+
     Raises:
         FileNotFoundError / ValueError: missing model or data, invalid config (before any work).
     """
-    with RunSession.open(cfg) as sess:
+    with RunSession.open(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_eval(sess, "before", 0)
         for step in range(sess.start_step, cfg.steps):
