@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import secrets
 import selectors
 import shutil
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 _LAUNCHER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
@@ -33,6 +35,53 @@ def next_uid(slot: int | None = None) -> int:
         return _UID_BASE + slot % 16
     with _uid_lock:
         return _UID_BASE + 16 + next(_uid_counter) % 240
+
+
+class _Spawner:
+    """One long-lived thread that starts every long-lived sandboxed process (pool workers, sessions).
+
+    bwrap's `--die-with-parent` is PR_SET_PDEATHSIG, and Linux ties it to the *thread* that forked
+    the child (prctl(2): "the 'parent' in this case is considered to be the thread that created
+    this process"), not to the process. A worker started from a short-lived thread (a batch's
+    ThreadPoolExecutor) is SIGKILLed when that thread exits, while the pool still counts it idle.
+    Starting them all from this daemon thread, which lives as long as the process, keeps the
+    guarantee (the worker dies with the trainer) without the early death. Fork-safe: a forked
+    trainer starts its own thread on first use.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            fut, argv, kwargs = jobs.get()
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(subprocess.Popen(argv, **kwargs))
+                except BaseException as e:  # handed to the caller, never kills this thread
+                    fut.set_exception(e)
+
+    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        """subprocess.Popen(argv, **kwargs), run on the spawner thread; its errors are re-raised here."""
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or we are a forked copy without the thread
+                self._pid, self._jobs = os.getpid(), queue.SimpleQueue()
+                threading.Thread(target=self._serve, args=(self._jobs,), name="agentrl-sandbox-spawner",
+                                 daemon=True).start()
+            jobs = self._jobs
+        fut: Future = Future()
+        jobs.put((fut, argv, kwargs))
+        return fut.result()
+
+
+_SPAWNER = _Spawner()
+
+
+def spawn_long_lived(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Start a process that outlives the calling thread (see _Spawner); same arguments as Popen."""
+    return _SPAWNER.popen(argv, **kwargs)
 
 
 def _others_can_reach(path: str) -> bool:
