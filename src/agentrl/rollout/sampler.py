@@ -61,11 +61,15 @@ class Sample:
 
 
 class SampledLogprobProcessor(LogitsProcessor):
-    """Keeps one step of log-softmax [B, V] and gathers the sampled token's log-prob on the next call.
+    """Samples the next token itself and records its log-prob; HF `generate` then runs greedily.
 
-    Applies temperature / top-k / top-p itself (HF would apply them after custom processors), so the
-    scores it returns are final and the recorded log-prob is the sampling distribution's. Memory:
-    one [B, V] float32 tensor, never the whole [B, T, V].
+    Each call: apply temperature / top-k / top-p (HF would apply them after custom processors), take
+    one step of log-softmax [B, V], draw one token per row by inverse-CDF sampling (a float64 cumulative
+    sum and one uniform per row: an exact draw from the distribution, using the torch RNG), record
+    that token's log-prob, and return scores that are 0 at the drawn token and -inf elsewhere, so the
+    greedy step picks it. This replaces `torch.multinomial` over the vocabulary (one exponential
+    variate per vocabulary entry and row, the dominant cost of a CPU decode step with a 152k vocab).
+    Memory: one [B, V] float32 tensor per step, never the whole [B, T, V].
     """
 
     def __init__(self, cfg: SamplingConfig, prompt_len: int):
@@ -78,25 +82,28 @@ class SampledLogprobProcessor(LogitsProcessor):
             warpers.append(TopPLogitsWarper(cfg.top_p))
         self.warpers = LogitsProcessorList(warpers)
         self.prompt_len = prompt_len
-        self.last: torch.Tensor | None = None  # [B, V] log-softmax of the previous step
-        self.steps: list[torch.Tensor] = []  # each [B]: log-prob of the token sampled at that step
-
-    def _gather(self, sampled: torch.Tensor) -> None:
-        self.steps.append(self.last.gather(-1, sampled[:, None].to(self.last.device)).squeeze(-1).float().cpu())
+        self.steps: list[torch.Tensor] = []  # each [B]: log-prob of the token drawn at that step
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.last is not None:
-            self._gather(input_ids[:, -1])
         scores = self.warpers(input_ids, scores)
-        self.last = torch.log_softmax(scores.float(), dim=-1)
-        return scores
+        logp = torch.log_softmax(scores.float(), dim=-1)  # [B, V]
+        cdf = logp.double().exp().cumsum(dim=-1)  # [B, V], last column ~ 1
+        u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+        drawn = torch.searchsorted(cdf, u).clamp_(max=cdf.shape[1] - 1)  # [B, 1]
+        # a token of probability 0 can only be hit through rounding at the CDF's flat end: step back
+        bad = torch.isinf(logp.gather(-1, drawn))
+        if bool(bad.any()):
+            drawn = torch.where(bad, logp.argmax(dim=-1, keepdim=True), drawn)
+        self.steps.append(logp.gather(-1, drawn).squeeze(-1).cpu())
+        forced = torch.full_like(scores, float("-inf"))
+        return forced.scatter_(-1, drawn, 0.0)
 
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
         """[B, T_new] log-probs of the generated tokens (after `generate` returns `sequences`)."""
-        if self.last is not None and len(self.steps) < sequences.shape[1] - self.prompt_len:
-            self._gather(sequences[:, -1])
-        self.last = None
-        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(sequences.shape[0], 0)
+        n_new = sequences.shape[1] - self.prompt_len
+        if not self.steps:
+            return torch.zeros(sequences.shape[0], 0)
+        return torch.stack(self.steps[:n_new], dim=1)
 
 
 class PerRowBudget(StoppingCriteria):
@@ -129,7 +136,7 @@ def _generate_chunk(model, contexts, budgets, *, stop_ids, pad_id, cfg) -> list[
     width = ids.shape[1]
     rec = SampledLogprobProcessor(cfg, width)
     gen_cfg = GenerationConfig(
-        do_sample=True, max_new_tokens=max(budgets), temperature=1.0, top_k=0, top_p=1.0, min_p=None,
+        do_sample=False, max_new_tokens=max(budgets), temperature=None, top_k=None, top_p=None, min_p=None,
         typical_p=1.0, repetition_penalty=1.0, eos_token_id=list(stop_ids), pad_token_id=pad_id,
         bos_token_id=None, num_beams=1, use_cache=True,
     )
