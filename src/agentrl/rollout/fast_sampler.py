@@ -206,7 +206,8 @@ class FastSampler:
         return self.state
 
     def _buckets(self, rows: int) -> list[int]:
-        top = -(-rows // 8) * 8
+        """Batch sizes a chunk of `rows` may shrink to (graph mode rounds up to 8 so graphs are reused)."""
+        top = -(-rows // 8) * 8 if self.graphs_on else rows
         return sorted({top} | {b for b in (8, 16, 32, 64, 128, 256, 512, 1024) if b < top})
 
     # ---------------------------------------------------------------- prefill
