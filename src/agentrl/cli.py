@@ -15,9 +15,12 @@ import sys
 # One line per stage; each module adds its own sub-commands.
 COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
+    "agentrl.envs.commands",
     "agentrl.chat.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
+    "agentrl.rl.sft_commands",
+    "agentrl.rl.commands",
 )
 
 

@@ -48,3 +48,14 @@ def test_check_catches_broken_tasks(box):
     assert stats["minmax"].buggy_pass == 1 and not stats["minmax"].ok
     assert stats["sort"].reference_pass == 0 and not stats["sort"].ok
     assert "FAIL" in str(render_table(stats).columns[-1]._cells)
+
+
+def test_sandbox_failure_is_a_problem_not_a_failing_bug(box):
+    # A buggy file that kills its sandbox worker gets no verdict (run.error): the check must say so,
+    # not count the "bug" as caught by the hidden tests.
+    (task,) = make_tasks(1, families=["zero"])
+    killer = task.files[task.source_file] + "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    broken = dataclasses.replace(task, files={**task.files, task.source_file: killer})
+    stats = check_tasks([broken], box.run_tests_batch)["zero"]
+    assert stats.buggy_pass == 0 and stats.reference_pass == 1 and not stats.ok
+    assert any("buggy job got no verdict from the sandbox" in p for p in stats.problems), stats.problems

@@ -98,8 +98,28 @@ def observation_ids(
     """
     if not results:
         raise ValueError("observation_ids needs at least one tool result")
+    return between_turns_ids(tool_messages(results), tokenizer, tools=tools, hit_token_limit=hit_token_limit,
+                             enable_thinking=enable_thinking, fmt=fmt)
+
+
+def between_turns_ids(
+    messages: list[dict[str, Any]],
+    tokenizer: Any,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    hit_token_limit: bool = False,
+    enable_thinking: bool = False,
+    fmt: TurnFormat | None = None,
+) -> list[int]:
+    """Token ids between two assistant turns: end-of-turn glue, `messages` (tool results, or any
+    non-assistant messages), and the next assistant header; the general form of `observation_ids`.
+
+    Raises:
+        ValueError: the rendering does not contain the assistant turn intact, or does not close it
+            with the end-of-turn token.
+    """
     fmt = fmt or turn_format(tokenizer, enable_thinking=enable_thinking)
-    msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARK}] + tool_messages(results)
+    msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARK}] + list(messages)
     full = render_text(tokenizer, msgs, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
     if full.count(_MARK) != 1:
         raise ValueError("chat template did not render the assistant turn verbatim; cannot cut observations")
@@ -108,6 +128,80 @@ def observation_ids(
     if tuple(after[:n]) != fmt.eot_ids:
         raise ValueError("chat template does not close the assistant turn with its end-of-turn token")
     return after if hit_token_limit else after[n:]
+
+
+def assistant_message(calls: list[ToolCall] | tuple[ToolCall, ...] = (), content: str = "") -> dict[str, Any]:
+    """An assistant chat message carrying `calls` as structured `tool_calls` (HF / OpenAI form), so the
+    template itself writes the call text (Qwen3: `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        msg["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+                             for c in calls]
+    return msg
+
+
+def assistant_turn_ids(
+    tokenizer: Any,
+    history: list[dict[str, Any]],
+    message: dict[str, Any],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    enable_thinking: bool = False,
+    fmt: TurnFormat | None = None,
+) -> list[int]:
+    """The ids a policy would sample to write `message` as its next turn after `history`.
+
+    Cut from the template's own renderings: render(history + [message]) minus render(history, with
+    the generation prompt), up to and including the end-of-turn token. So call formatting (tool-call
+    JSON, separators) and the end-of-turn token are exactly what the template expects.
+
+    Returns:
+        list[int] ending with the end-of-turn id(s); policy mask 1 on all of them.
+
+    Raises:
+        ValueError: the rendering with `message` does not extend the generation prompt, or has no
+            end-of-turn marker after it.
+    """
+    fmt = fmt or turn_format(tokenizer, enable_thinking=enable_thinking)
+    prompt = render_text(tokenizer, history, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
+    full = render_text(tokenizer, list(history) + [message], tools, add_generation_prompt=False,
+                       enable_thinking=enable_thinking)
+    if not full.startswith(prompt):
+        raise ValueError("chat template renders an assistant message differently from its generation prompt; "
+                         "cannot cut the turn's ids")
+    end = full.find(fmt.eot_text, len(prompt))
+    if end < 0:
+        raise ValueError("chat template did not close the assistant message with its end-of-turn token")
+    return encode(tokenizer, full[len(prompt) : end + len(fmt.eot_text)])
+
+
+def assert_conversation_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    ids: list[int],
+    turn_starts: list[int],
+    *,
+    enable_thinking: bool = False,
+    fmt: TurnFormat | None = None,
+    what: str = "conversation",
+) -> None:
+    """Check that incremental `ids` equal the template's rendering of the whole conversation `messages`.
+
+    Args:
+        messages: the conversation, ending with the assistant message whose turn `ids` end with.
+        ids: prompt + completion ids, ending with that assistant turn's end-of-turn token.
+        turn_starts: index in `ids` of the first token of each assistant turn (after its header).
+
+    Raises:
+        TitoMismatch: naming the first differing token (history think blocks that the template drops
+            are allowed to differ, as in `assert_tito_consistent`).
+    """
+    fmt = fmt or turn_format(tokenizer, enable_thinking=enable_thinking)
+    text = render_text(tokenizer, messages, tools, add_generation_prompt=False, enable_thinking=enable_thinking)
+    want = encode(tokenizer, text[: text.rfind(fmt.eot_text) + len(fmt.eot_text)])
+    history = [s - len(fmt.stub_ids) for s in turn_starts[:-1]]  # the last turn keeps its header as generated
+    _compare(tokenizer, list(ids), history, want, fmt, what)
 
 
 class TitoMismatch(AssertionError):

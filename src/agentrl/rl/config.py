@@ -32,6 +32,10 @@ class RLConfig:
     model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, or 'tiny-qwen3' (random tiny Qwen3).")
     env: str = _f("coding-tools", "Environment: edit-menu | coding-tools | python-session | wordle.")
     tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
+    families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
+    train_size: int = _f(256, "Training tasks: generated bug-fix instances, or a cap on a dataset's train split (0 = all).")
+    eval_size: int = _f(0, "Held-out tasks (0 = the source's default: bugfix 2 per write-up family = 10, mbpp 64, "
+                           "humaneval all 164, wordle 20).")
     randomize_names: bool = _f(True, "Rename the function under test to an unrelated name (no hint about the bug).")
     max_turns: int = _f(6, "Maximum assistant turns per episode.")
     max_edits: int = _f(1, "Edits allowed per episode in the edit-menu env (ignored by the other envs).")
@@ -39,6 +43,7 @@ class RLConfig:
     group_size: int = _f(8, "Episodes per prompt (G); advantages are computed within each group.")
     prompts_per_step: int = _f(8, "Distinct training tasks per step (B); a step has B*G episodes.")
     max_new_tokens: int = _f(256, "Maximum sampled tokens per assistant turn.")
+    max_context_tokens: int = _f(4096, "Prompt + completion token budget per episode (then it ends out_of_tokens).")
     gen_batch: int = _f(16, "Episodes per generate call (bounds KV-cache memory).")
     temperature: float = _f(1.0, "Sampling temperature; the trainer divides its logits by the same value.")
     top_k: int | None = _f(None, "Top-k sampling (None = off, the default: sampler distribution = trained policy).")
@@ -59,6 +64,8 @@ class RLConfig:
     dtype: Literal["fp32", "bf16"] = _f("fp32", "Model parameter dtype.")
     gradient_checkpointing: bool = _f(False, "Recompute trunk activations in backward (saves memory, costs time).")
     device: str = _f("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
+    tokenizer: str = _f("", "Tokenizer path if it is not beside the model (empty = the model's own).")
+    allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
     steps: int = _f(4, "Training steps (each: sample B*G episodes, then update).")
     seed: int = _f(0, "Seed for task sampling, generation, bootstrap and everything else.")
@@ -68,6 +75,7 @@ class RLConfig:
     alpha: float = _f(0.05, "Interval level: a (1 - alpha) percentile bootstrap interval.")
     out: str = _f("runs/default", "Output directory: results.json, train.log, plots, checkpoints.")
     checkpoint_every: int = _f(0, "Save model, optimizer, RNG and step every N steps (0 = off).")
+    keep_checkpoints: int = _f(2, "Checkpoints kept on disk (older ones are deleted; 0 = keep all).")
     resume: bool = _f(False, "Continue from the latest checkpoint in <out>/checkpoints.")
 
     def __post_init__(self) -> None:
@@ -76,11 +84,12 @@ class RLConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field and what was expected."""
         positive = ("max_turns", "group_size", "prompts_per_step", "max_new_tokens", "gen_batch", "epochs",
-                    "minibatches", "micro", "logprob_chunk_rows", "eval_n", "n_boot")
+                    "minibatches", "micro", "logprob_chunk_rows", "eval_n", "n_boot", "max_context_tokens")
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("steps", "eval_every", "checkpoint_every", "max_edits"):
+        for name in ("steps", "eval_every", "checkpoint_every", "max_edits", "train_size", "eval_size",
+                     "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         if self.adv_mode not in ADV_MODES:

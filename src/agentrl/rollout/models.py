@@ -1,8 +1,9 @@
 """Load a policy (HF causal LM + tokenizer with a chat template) from a path, the HF cache, or a preset.
 
 Not a downloader unless asked (`allow_download=True`), and not the sampler (agentrl.rollout.sampler).
-Preset "tiny-qwen3": Qwen3 architecture from a small config derived from Qwen3-0.6B's config.json,
-random weights from a fixed seed, and the real Qwen3 tokenizer; for tests and the CPU default.
+Presets "tiny-qwen3" (tests, the CPU default) and "small-qwen3" (the warm-started learning-run model):
+Qwen3 architecture from small configs derived from Qwen3-0.6B's config.json, random weights from a fixed
+seed, and the real Qwen3 tokenizer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,20 @@ TINY_QWEN3_OVERRIDES: dict[str, Any] = {
     "head_dim": 16,
     "max_position_embeddings": 8192,
 }
-PRESETS = ("tiny-qwen3",)
+# "small-qwen3": the issue-7 learning-run model (about 66M parameters, 58M of them the tied embedding):
+# trains in minutes on one GPU and still runs (slowly) on CPU.
+SMALL_QWEN3_OVERRIDES: dict[str, Any] = {
+    "num_hidden_layers": 4,
+    "max_window_layers": 4,
+    "hidden_size": 384,
+    "intermediate_size": 1152,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+}
+PRESET_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-qwen3": TINY_QWEN3_OVERRIDES, "small-qwen3": SMALL_QWEN3_OVERRIDES}
+PRESETS = tuple(PRESET_OVERRIDES)
 QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -103,7 +117,7 @@ def load_policy(
     """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
 
     Args:
-        name_or_path: "tiny-qwen3", a folder with config + weights, or a hub id ("Qwen/Qwen3-0.6B").
+        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a folder with config + weights, or a hub id ("Qwen/Qwen3-0.6B").
         dtype: "float32" (default: the sampler's and trainer's log-probs agree), "bfloat16", "float16".
         device: torch device string.
         allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
@@ -122,11 +136,12 @@ def load_policy(
     from transformers import AutoModelForCausalLM
 
     torch_dtype = _torch_dtype(dtype)
-    if str(name_or_path) == "tiny-qwen3":
+    if str(name_or_path) in PRESET_OVERRIDES:
         tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(tiny_qwen3_config(), dtype=torch_dtype)
+            config = tiny_qwen3_config(**PRESET_OVERRIDES[str(name_or_path)])
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     else:
         p = Path(name_or_path).expanduser()
         if str(name_or_path).startswith((".", "/", "~")) and not p.exists():

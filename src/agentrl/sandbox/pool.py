@@ -20,7 +20,14 @@ import threading
 import time
 
 from agentrl.sandbox.oneshot import RawRun, feed, finish, kill_group, new_spec
-from agentrl.sandbox.process import RESULT_CAP_BYTES, Backend, Capture, make_workdir, next_uid
+from agentrl.sandbox.process import (
+    RESULT_CAP_BYTES,
+    Backend,
+    Capture,
+    make_workdir,
+    next_uid,
+    spawn_long_lived,
+)
 
 _START_TIMEOUT_S = 30.0
 _SLACK_S = 3.0  # the zygote enforces the wall clock; the parent waits this much longer before killing it
@@ -47,7 +54,7 @@ class Zygote:
         reap = "1" if (self.uid is not None or backend.name == "bwrap") else "0"
         mode = ["zygote", str(child.fileno()), "-" if self.uid is None else str(self.uid), reap]
         try:
-            self.proc = subprocess.Popen(backend.command(self.dir, mode), stdin=subprocess.DEVNULL,
+            self.proc = spawn_long_lived(backend.command(self.dir, mode), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=_zygote_log(),
                                          pass_fds=(child.fileno(),), env=backend.env(self.dir),
                                          cwd=self.dir, start_new_session=True)
@@ -70,8 +77,23 @@ class Zygote:
 
     def run(self, files: dict[str, str], kind: str, limits: dict, timeout_s: float,
             return_files: bool = False, **extra) -> RawRun:
-        """Run one job in a forked child; raises ZygoteError (after killing this worker) if it fails."""
+        """Run one job in a forked child.
+
+        Raises ZygoteError, after closing this worker, when the worker is dead or dies, hangs or
+        breaks the socket before it has reported the job's exit status (the job then has no
+        trustworthy result and may be re-dispatched). ValueError for bad `files`.
+        """
         workdir = make_workdir(self.dir, files, self.uid)
+        try:
+            return self._run_in(workdir, kind, limits, timeout_s, return_files, extra)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run_in(self, workdir: str, kind: str, limits: dict, timeout_s: float, return_files: bool,
+                extra: dict) -> RawRun:
+        if not self.alive():
+            self.close()
+            raise ZygoteError(f"pool worker exited before the job (exit code {self.proc.poll()})")
         t0 = time.monotonic()
         pipes = [os.pipe() for _ in range(4)]
         (out_r, out_w), (err_r, err_w), (res_r, res_w), (spec_r, spec_w) = pipes
@@ -81,6 +103,10 @@ class Zygote:
             spec = new_spec(kind, workdir, self.uid, self.backend, limits, timeout_s=timeout_s, **extra)
             try:
                 socket.send_fds(self.sock, [b"job"], [out_w, err_w, res_w, spec_r])
+            except OSError as e:  # EPIPE/ECONNRESET: the worker exited or is being killed
+                os.close(spec_w)
+                self.close()
+                raise ZygoteError(f"pool worker unreachable: {e}") from e
             finally:
                 for fd in (out_w, err_w, res_w, spec_r):
                     os.close(fd)
@@ -106,7 +132,8 @@ class Zygote:
                     os.close(fd)
                 except OSError:
                     pass
-            shutil.rmtree(workdir, ignore_errors=True)
+            if self.sock.fileno() >= 0:
+                os.set_blocking(self.sock.fileno(), True)  # Capture made it non-blocking
 
     def close(self) -> None:
         """Stop this worker (idempotent): closing the socket ends it; SIGKILL if it lingers."""
@@ -155,15 +182,35 @@ class WarmPool:
         for z in started:
             self._give(z)
 
-    def _take(self) -> Zygote:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            if self._closed:
-                raise ZygoteError("the pool is closed")
-            slot = self._free_slots.pop()
+    def _take(self, fresh: bool = False) -> Zygote:
+        """A live idle worker, or a newly started one in a free slot (always a new one if `fresh`).
+
+        The caller holds a semaphore permit, so an idle worker or a free slot exists. Idle
+        workers that exited meanwhile are closed here and never handed a job.
+        """
+        while True:
+            if not fresh:
+                try:
+                    z = self._idle.get_nowait()
+                except queue.Empty:
+                    z = None
+                if z is not None:
+                    if z.alive():
+                        return z
+                    self._retire(z)
+                    continue
+            with self._lock:
+                if self._closed:
+                    raise ZygoteError("the pool is closed")
+                slot = self._free_slots.pop() if self._free_slots else None
+            if slot is not None:
+                return self._start(slot)
+            if fresh:  # every slot holds a live idle worker: take one of those
+                fresh = False
+                continue
+            raise ZygoteError("pool bookkeeping error: no idle worker and no free slot")
+
+    def _start(self, slot: int) -> Zygote:
         try:
             z = Zygote(self.backend, slot)
         except BaseException:
@@ -175,22 +222,28 @@ class WarmPool:
             self._all.add(z)
         return z
 
+    def _retire(self, z: Zygote) -> None:
+        """Close `z` and free its slot (the caller keeps or releases its permit)."""
+        z.close()
+        with self._lock:
+            self._all.discard(z)
+            self._free_slots.append(z.slot)
+
     def _give(self, z: Zygote) -> None:
         if z.alive() and not self._closed:
             self._idle.put(z)
         else:
-            z.close()
-            with self._lock:
-                self._all.discard(z)
-                self._free_slots.append(z.slot)
+            self._retire(z)
         self._sem.release()
 
     def run(self, *args, **kwargs) -> RawRun:
-        """Zygote.run on an idle worker; a worker that failed is replaced and the job retried once."""
+        """Zygote.run on a live worker; one that dies before reporting is replaced by a newly
+        started worker and the job re-dispatched there once (its first attempt's output is
+        discarded, so a job yields exactly one result). Raises ZygoteError if that fails too."""
         for attempt in range(2):
             self._sem.acquire()
             try:
-                z = self._take()
+                z = self._take(fresh=attempt > 0)
             except BaseException:
                 self._sem.release()
                 raise

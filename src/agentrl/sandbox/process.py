@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import secrets
 import selectors
 import shutil
@@ -16,7 +17,10 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+
+from agentrl.sandbox.reach import others_can_reach, stage_pytest
 
 _LAUNCHER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -35,18 +39,51 @@ def next_uid(slot: int | None = None) -> int:
         return _UID_BASE + 16 + next(_uid_counter) % 240
 
 
-def _others_can_reach(path: str) -> bool:
-    """True if a user with no relation to the owners can traverse every ancestor of `path` and read it."""
-    path = os.path.realpath(path)
-    parts = path.split(os.sep)
-    for i in range(2, len(parts) + 1):
-        try:
-            st = os.stat(os.sep.join(parts[:i]) or os.sep)
-        except OSError:
-            return False
-        if not st.st_mode & 0o001 and os.path.isdir(os.sep.join(parts[:i])):
-            return False
-    return bool(os.stat(path).st_mode & 0o004)
+class _Spawner:
+    """One long-lived thread that starts every long-lived sandboxed process (pool workers, sessions).
+
+    bwrap's `--die-with-parent` is PR_SET_PDEATHSIG, and Linux ties it to the *thread* that forked
+    the child (prctl(2): "the 'parent' in this case is considered to be the thread that created
+    this process"), not to the process. A worker started from a short-lived thread (a batch's
+    ThreadPoolExecutor) is SIGKILLed when that thread exits, while the pool still counts it idle.
+    Starting them all from this daemon thread, which lives as long as the process, keeps the
+    guarantee (the worker dies with the trainer) without the early death. Fork-safe: a forked
+    trainer starts its own thread on first use.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            fut, argv, kwargs = jobs.get()
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(subprocess.Popen(argv, **kwargs))
+                except BaseException as e:  # handed to the caller, never kills this thread
+                    fut.set_exception(e)
+
+    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        """subprocess.Popen(argv, **kwargs), run on the spawner thread; its errors are re-raised here."""
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or we are a forked copy without the thread
+                self._pid, self._jobs = os.getpid(), queue.SimpleQueue()
+                threading.Thread(target=self._serve, args=(self._jobs,), name="agentrl-sandbox-spawner",
+                                 daemon=True).start()
+            jobs = self._jobs
+        fut: Future = Future()
+        jobs.put((fut, argv, kwargs))
+        return fut.result()
+
+
+_SPAWNER = _Spawner()
+
+
+def spawn_long_lived(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Start a process that outlives the calling thread (see _Spawner); same arguments as Popen."""
+    return _SPAWNER.popen(argv, **kwargs)
 
 
 def _pytest_site_dir() -> str | None:
@@ -131,14 +168,33 @@ def _pick_python(drop_uid: bool, notes: list[str]) -> tuple[str, str]:
     """The running interpreter, or a same-version system one that an unprivileged uid can read."""
     exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
-    if not drop_uid or _others_can_reach(os.path.join(prefix, "lib")):
+    if not drop_uid or others_can_reach(os.path.join(prefix, "lib")):
         return exe, prefix
     alt = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if os.path.exists(alt) and _others_can_reach(alt):
+    if os.path.exists(alt) and others_can_reach(alt):
         notes.append(f"{exe} is not readable by unprivileged uids; the rlimit backend runs {alt}")
         return alt, "/usr"
     raise RuntimeError(f"no Python {sys.version_info.major}.{sys.version_info.minor} readable by an "
                        f"unprivileged uid ({exe} is under a private dir); install one or use bwrap")
+
+
+def _child_sys_path(kind: str, site: str | None, drop_uid: bool, root: str, notes: list[str]) -> tuple[str, ...]:
+    """Where the child imports pytest from: its site dir, or (rlimit as root, site dir private) a
+    staged copy of pytest and its dependencies under `root`; () with a note if neither works."""
+    if site and (kind == "bwrap" or not drop_uid or others_can_reach(site)):
+        return (site,)
+    if site:
+        try:
+            staged, n = stage_pytest(os.path.join(root, "site"))
+        except Exception as e:  # noqa: BLE001 - any failure means: no pytest inside, said in notes
+            notes.append(f"pytest is not available inside the sandbox: {site} is private and staging "
+                         f"a copy failed ({e})")
+            return ()
+        notes.append(f"{site} is not readable by unprivileged uids; the rlimit backend imports a "
+                     f"read-only copy of pytest and its {n - 1} dependencies (no third-party plugins)")
+        return (staged,)
+    notes.append("pytest is not available inside the sandbox")
+    return ()
 
 
 def make_backend(kind: str, root: str) -> Backend:
@@ -154,11 +210,7 @@ def make_backend(kind: str, root: str) -> Backend:
         prefix = os.path.realpath(sys.base_prefix)
     else:
         exe, prefix = _pick_python(drop_uid, notes)
-    sys_path: tuple[str, ...] = ()
-    if site and (kind == "bwrap" or not drop_uid or _others_can_reach(site)):
-        sys_path = (site,)
-    else:
-        notes.append("pytest is not available inside the sandbox")
+    sys_path = _child_sys_path(kind, site, drop_uid, root, notes)
     if not drop_uid:
         notes.append("not root: children keep the caller's uid (RLIMIT_NPROC binds for non-root)")
     b = Backend(kind, exe, prefix, sys_path, root, launcher, drop_uid, notes)

@@ -19,6 +19,7 @@ from agentrl.sandbox.api import RunResult, SandboxLimits, TestJob, TestOutcome, 
 from agentrl.sandbox.oneshot import RawRun, run_fresh
 from agentrl.sandbox.pool import WarmPool, ZygoteError
 from agentrl.sandbox.process import Backend, make_backend
+from agentrl.sandbox.reach import sandbox_tmp_base
 from agentrl.sandbox.session import PythonSession
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -73,7 +74,9 @@ class Sandbox:
         warm_pool: reuse pre-started clean interpreters (fork per job); False starts a fresh
             interpreter per call (the baseline of bench/bench_sandbox.py).
 
-    Raises RuntimeError if backend="bwrap" is asked for and unusable. Use as a context manager or
+    Raises RuntimeError if backend="bwrap" is asked for and unusable, or if (as root) no temp dir is
+    traversable by the unprivileged job uid (a private TMPDIR falls back to /tmp, /var/tmp or
+    /dev/shm, said in describe()["notes"]). Use as a context manager or
     call close() to stop the pool and delete the sandbox root.
     """
 
@@ -81,13 +84,16 @@ class Sandbox:
                  max_workers: int | None = None, warm_pool: bool = True):
         self.limits = limits or SandboxLimits()
         self.max_workers = max(1, min(16, max_workers or os.cpu_count() or 1))
-        self._root = tempfile.mkdtemp(prefix="agentrl-sandbox-")
+        base = sandbox_tmp_base(os.geteuid() == 0)
+        self._root = tempfile.mkdtemp(prefix="agentrl-sandbox-", dir=base)
         os.chmod(self._root, 0o711)
         try:
             self._backend = choose_backend(backend, self._root)
         except BaseException:
             shutil.rmtree(self._root, ignore_errors=True)
             raise
+        if base != tempfile.gettempdir():
+            self._backend.notes.append(f"temp dir {tempfile.gettempdir()} is private; sandbox root is in {base}")
         self._pool = WarmPool(self._backend, self.max_workers) if warm_pool else None
         self._sessions: list[PythonSession] = []
         self._closed = False

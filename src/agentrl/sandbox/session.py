@@ -17,8 +17,9 @@ import time
 
 from agentrl.sandbox.api import SandboxLimits, SessionResult
 from agentrl.sandbox.oneshot import kill_group, parse_events
-from agentrl.sandbox.process import Backend, Capture, make_workdir, next_uid
+from agentrl.sandbox.process import Backend, Capture, make_workdir, next_uid, spawn_long_lived
 
+_EXIT_GRACE_S = 2.0  # how long a worker whose pipes closed may take to exit before it is killed
 _RESTART_NOTE = "[agentrl sandbox: the Python session was restarted; earlier variables and definitions are gone]\n"
 
 
@@ -47,7 +48,7 @@ class PythonSession:
                 "sys_path": list(b.sys_path), "limits": dataclasses.asdict(self._limits),
                 "session_cpu_s": self._limits.session_cpu_s}
         try:
-            self._proc = subprocess.Popen(b.command(self._workdir, ["session", str(req_r)]),
+            self._proc = spawn_long_lived(b.command(self._workdir, ["session", str(req_r)]),
                                           stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
                                           pass_fds=(res_w, req_r), env=b.env(self._workdir),
                                           cwd=self._workdir, start_new_session=True)
@@ -116,7 +117,7 @@ class PythonSession:
         timed_out = not finished and sent and not done and (time.monotonic() - t0) >= timeout
         error = None
         if not done:
-            code_ = self._proc.poll() if self._proc else None
+            code_ = self._exit_code(timed_out)
             self._stop()
             self._start()  # eager: the next call finds a live (empty) worker
             restarted = True
@@ -126,6 +127,18 @@ class PythonSession:
         elif restarted:
             err = _RESTART_NOTE + err
         return SessionResult(out, err, timed_out, restarted, time.monotonic() - t0, error)
+
+    def _exit_code(self, timed_out: bool) -> int | None:
+        """The dead worker's exit status. Its pipes reach EOF while it is still exiting (and bwrap
+        reports after its child), so wait up to _EXIT_GRACE_S for it rather than read a racy poll()."""
+        if self._proc is None:
+            return None
+        if timed_out:
+            return self._proc.poll()
+        try:
+            return self._proc.wait(timeout=_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return None
 
     def restart(self) -> None:
         """Discard all state: the next execute() runs in a fresh worker (reported as not restarted)."""

@@ -15,7 +15,6 @@ from agentrl.sandbox.api import TestJob, TestReport
 from agentrl.tasks.task import Task
 
 RunBatch = Callable[[list[TestJob]], Sequence[TestReport]]
-SANDBOX_ATTEMPTS = 3  # tries per job when the sandbox itself fails (no verdict on the code)
 
 
 @dataclass
@@ -94,6 +93,8 @@ def _jobs(task: Task, stats: FamilyStats) -> list[tuple[str, TestJob]]:
 
 
 def _tally(task: Task, kind: str, report: TestReport, stats: FamilyStats) -> None:
+    if report.run.error is not None:  # the sandbox gave no verdict: never read as "the code fails"
+        stats.problems.append(f"{task.id}: {kind} job got no verdict from the sandbox ({report.run.error})")
     if kind == "reference":
         stats.reference_pass += report.all_passed
         if not report.all_passed:
@@ -116,22 +117,6 @@ def _tally(task: Task, kind: str, report: TestReport, stats: FamilyStats) -> Non
             stats.problems.append(f"{task.id}: wrong op {kind.removeprefix('wrong:')} passes every hidden test")
 
 
-def _run_with_retries(run_batch: RunBatch, jobs: list[TestJob], attempts: int = SANDBOX_ATTEMPTS) -> list[TestReport]:
-    """Run `jobs`; re-run those whose report is a sandbox-side failure (`run.error` set: the child
-    never gave a verdict, e.g. a broken pipe to a pool worker) up to `attempts` times in all.
-    Test failures, import errors and timeouts are verdicts on the code and are never retried."""
-    reports: list[TestReport] = list(run_batch(jobs)) if jobs else []
-    if len(reports) != len(jobs):
-        raise RuntimeError(f"sandbox returned {len(reports)} reports for {len(jobs)} jobs")
-    for _ in range(attempts - 1):
-        again = [i for i, r in enumerate(reports) if r.run.error is not None]
-        if not again:
-            break
-        for i, report in zip(again, run_batch([jobs[i] for i in again]), strict=True):
-            reports[i] = report
-    return reports
-
-
 def check_tasks(tasks: Sequence[Task], run_batch: RunBatch | None = None) -> dict[str, FamilyStats]:
     """Grade every task (see the module docstring) and return per-family stats, in first-seen order.
 
@@ -152,7 +137,9 @@ def check_tasks(tasks: Sequence[Task], run_batch: RunBatch | None = None) -> dic
         for kind, job in _jobs(task, fam):
             pending.append((task, kind))
             jobs.append(job)
-    reports = _run_with_retries(run_batch, jobs)
+    reports = list(run_batch(jobs)) if jobs else []
+    if len(reports) != len(jobs):
+        raise RuntimeError(f"sandbox returned {len(reports)} reports for {len(jobs)} jobs")
     for (task, kind), report in zip(pending, reports, strict=True):
         _tally(task, kind, report, stats[task.family])
     return stats

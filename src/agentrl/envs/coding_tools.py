@@ -1,0 +1,272 @@
+"""The coding-tools environment: an in-memory /repo edited through Read, Edit, Write and Bash.
+
+Tool names and parameters follow Claude Code's tools reference; the descriptions are our own. Not
+a general shell: Bash supports the commands listed in bash_tool.py, and everything that runs
+model-written code goes through agentrl.sandbox.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentrl.envs.bash_tool import (
+    REPO_ROOT,
+    BashError,
+    cat_files,
+    list_dir,
+    parse_command_line,
+    repo_path,
+    returned_files,
+)
+from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
+from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
+from agentrl.tasks.task import Task
+
+SYSTEM_PROMPT = (
+    "You are a coding agent working in a Python repository at /repo. Use the tools to inspect and change "
+    "files and to run commands. You may make several tool calls in one turn; they run in order. "
+    "A reply without a tool call is your final answer and ends the session."
+)
+READ_LIMIT_LINES = 2000
+STAT_NAMES = (
+    "reads", "edits", "writes", "bash_calls", "test_runs",
+    "edit_before_read", "edit_missing_old_string", "edit_identical_strings", "edit_not_unique",
+    "write_before_read", "write_overwrites_source", "write_overwrites_test", "write_creates_file",
+    "claims_tests_pass", "sandbox_errors",
+)
+_NEG = re.compile(r"\b(?:not|never|no longer|fail\w*|cannot|unable|unfortunately)\b|n't", re.I)
+_CLAIM = re.compile(r"\btests?\b[^.!?\n]{0,40}?\b(?:pass(?:es|ed|ing)?|succeed\w*|green)\b", re.I)
+
+
+def claims_tests_pass(text: str) -> bool:
+    """True if `text` says the tests pass ("all tests pass", "the tests are now passing", "tests: green").
+
+    Sentence-level: some sentence mentions test(s) followed within 40 characters by pass/succeed/green
+    and holds no negation or failure word anywhere (not, n't, never, fail..., cannot, unable).
+    """
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text or ""):
+        if _CLAIM.search(sentence) and not _NEG.search(sentence):
+            return True
+    return False
+
+
+def public_test_file(task: Task) -> str:
+    """test_<module>.py with one pytest function per public test (used when the task ships none)."""
+    body = [f"from {task.module} import *", ""]
+    if task.test_setup.strip():
+        body += [task.test_setup.rstrip(), ""]
+    for i, test in enumerate(task.public_tests, 1):
+        body += [f"def test_{i}():", *("    " + line for line in test.splitlines()), "", ""]
+    return "\n".join(body).rstrip() + "\n"
+
+
+class CodingToolsEnv(ToolEnv):
+    """Read/Edit/Write/Bash over an in-memory repository holding `<fn>.py` and `test_<fn>.py`.
+
+    Rules: a file must be Read before an Edit or an overwriting Write; an Edit fails when old_string
+    is absent, equals new_string, or is not unique without replace_all. Malformed calls (bad JSON,
+    unknown tool, schema mismatch) and failed calls both return an error and are counted apart.
+    Reward 1.0 iff the final `<fn>.py` passes every hidden test; the fraction is in
+    `stats()["hidden_pass_fraction"]`.
+
+    Args:
+        max_turns: assistant turns per episode (default 6).
+        max_calls_per_turn: tool calls run per turn (default 4; extra calls fail unrun).
+        sandbox: an agentrl.sandbox.Sandbox (shared for pooled grading); default: a new one.
+    """
+
+    name = "coding-tools"
+
+    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = 4, sandbox: Any = None):
+        super().__init__(max_turns=max_turns, max_calls_per_turn=max_calls_per_turn)
+        self._sandbox = sandbox
+        self.files: dict[str, str] = {}
+        self._read: set[str] = set()
+        self._hidden_fraction = 0.0
+
+    @property
+    def sandbox(self) -> Any:
+        if self._sandbox is None:
+            self._sandbox = default_sandbox()
+        return self._sandbox
+
+    def _specs(self) -> list[ToolSpec]:
+        path = {"type": "string", "description": "Absolute path of the file, e.g. /repo/name.py."}
+        return [
+            ToolSpec("Read", "Read a file; lines come numbered. offset: first line (1-based); limit: line count.",
+                     object_schema({"file_path": path, "offset": {"type": "integer", "minimum": 1},
+                                    "limit": {"type": "integer", "minimum": 1}}, ("file_path",)), self._tool_read),
+            ToolSpec("Edit", "Replace old_string by new_string in a file you have read. old_string must occur "
+                     "exactly once unless replace_all is true.",
+                     object_schema({"file_path": path, "old_string": {"type": "string"},
+                                    "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}},
+                                   ("file_path", "old_string", "new_string")), self._tool_edit),
+            ToolSpec("Write", "Write a whole file (creates it, or overwrites a file you have read).",
+                     object_schema({"file_path": path, "content": {"type": "string"}}, ("file_path", "content")),
+                     self._tool_write),
+            ToolSpec("Bash", "Run a command in /repo (python, pytest, ls, cat). timeout: milliseconds.",
+                     object_schema({"command": {"type": "string"},
+                                    "timeout": {"type": "integer", "minimum": 1}}, ("command",)), self._tool_bash),
+        ]
+
+    def _stat_names(self) -> tuple[str, ...]:
+        return STAT_NAMES
+
+    def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
+        if task.source_file not in task.files:
+            raise ValueError(f"task {task.id!r}: source_file {task.source_file!r} is not in task.files")
+        self.files = dict(task.files)
+        self.test_file = f"test_{task.module.split('.')[-1]}.py"
+        self.files.setdefault(self.test_file, public_test_file(task))
+        self._read = set()
+        self._hidden_fraction = 0.0
+        user = (
+            f"The function `{task.entry}` in {REPO_ROOT}/{task.source_file} has a bug. Fix it so that it "
+            f"behaves correctly. Tests are in {REPO_ROOT}/{self.test_file}."
+        )
+        return SYSTEM_PROMPT, user
+
+    # -- tools ------------------------------------------------------------------------------------
+    def _path(self, file_path: str) -> str:
+        if not file_path.startswith("/"):
+            raise ToolRejected(f"file_path must be absolute (e.g. {REPO_ROOT}/{self.task.source_file}), got {file_path!r}")
+        try:
+            rel = repo_path(file_path)
+        except BashError as e:
+            raise ToolRejected(str(e)) from None
+        if not rel:
+            raise ToolRejected(f"{file_path} is a directory")
+        return rel
+
+    def _tool_read(self, file_path: str, offset: int = 1, limit: int = READ_LIMIT_LINES) -> str:
+        self._bump("reads")
+        rel = self._path(file_path)
+        if rel not in self.files:
+            raise ToolRejected(f"file does not exist: {file_path}")
+        self._read.add(rel)
+        lines = self.files[rel].splitlines()
+        if not lines:
+            return "(the file is empty)"
+        if offset > len(lines):
+            raise ToolRejected(f"offset {offset} is past the end of the file ({len(lines)} lines)")
+        chosen = lines[offset - 1 : offset - 1 + limit]
+        return "\n".join(f"{i:>6}\t{line}" for i, line in enumerate(chosen, offset))
+
+    def _tool_edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
+        self._bump("edits")
+        rel = self._path(file_path)
+        if rel not in self.files:
+            raise ToolRejected(f"file does not exist: {file_path}")
+        if old_string == new_string:
+            raise ToolRejected("old_string and new_string are identical; nothing to change", "edit_identical_strings")
+        if rel not in self._read:
+            raise ToolRejected(f"read {file_path} with Read before editing it", "edit_before_read")
+        text = self.files[rel]
+        n = text.count(old_string) if old_string else 0
+        if n == 0:
+            raise ToolRejected(f"old_string was not found in {file_path}", "edit_missing_old_string")
+        if n > 1 and not replace_all:
+            raise ToolRejected(f"old_string occurs {n} times in {file_path}; give more context or set replace_all",
+                               "edit_not_unique")
+        self.files[rel] = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        return f"Edited {file_path} ({n if replace_all else 1} replacement{'s' if replace_all and n > 1 else ''})."
+
+    def _tool_write(self, file_path: str, content: str) -> str:
+        self._bump("writes")
+        rel = self._path(file_path)
+        exists = rel in self.files
+        if exists and rel not in self._read:
+            raise ToolRejected(f"{file_path} exists; read it with Read before overwriting it", "write_before_read")
+        if not exists:
+            self._bump("write_creates_file")
+        elif rel == self.task.source_file:
+            self._bump("write_overwrites_source")
+        elif posixpath_basename(rel).startswith("test_") or rel == self.test_file:
+            self._bump("write_overwrites_test")
+        self.files[rel] = content
+        self._read.add(rel)
+        return f"{'Overwrote' if exists else 'Created'} {file_path} ({len(content.splitlines())} lines)."
+
+    def _tool_bash(self, command: str, timeout: int | None = None) -> str:
+        self._bump("bash_calls")
+        try:
+            commands = parse_command_line(command)
+        except BashError as e:
+            raise ToolRejected(str(e)) from None
+        cwd, outputs = REPO_ROOT, []
+        for cmd in commands:
+            try:
+                text, ok, cwd = self._run_command(cmd, cwd, timeout)
+            except BashError as e:
+                outputs.append(str(e))
+                ok = False
+            else:
+                outputs.append(text)
+            if not ok:
+                break
+        return "\n".join(o for o in outputs if o) or "(no output)"
+
+    def _run_command(self, cmd: Any, cwd: str, timeout_ms: int | None) -> tuple[str, bool, str]:
+        """Run one simple command; returns (output, succeeded, new cwd)."""
+        kind = cmd.kind
+        if kind == "cd":
+            target = cmd.argv[1] if len(cmd.argv) > 1 else REPO_ROOT
+            if repo_path(target, cwd) != "":
+                raise BashError(f"cd: {target}: only {REPO_ROOT} is available")
+            return "", True, REPO_ROOT
+        if kind == "pwd":
+            return REPO_ROOT, True, cwd
+        if kind == "ls":
+            return list_dir(self.files, cmd.argv[1:]), True, cwd
+        if kind == "cat":
+            return cat_files(self.files, cmd.argv[1:]), True, cwd
+        if kind == "pytest" or any(posixpath_basename(a).startswith("test_") for a in cmd.argv[1:2]):
+            self._bump("test_runs")
+        timeout_s = None if timeout_ms is None else timeout_ms / 1000.0
+        try:
+            result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
+        except ValueError as e:  # the sandbox refuses the argv (e.g. a script outside the work dir)
+            raise BashError(str(e)) from None
+        for path, text in returned_files(result.files).items():
+            if self.files.get(path) != text:
+                self.files[path] = text
+                self._read.discard(path)  # changed behind the agent's back: read it again before editing
+        return _format_run(result), result.exit_code == 0 and not result.timed_out, cwd
+
+    def _score(self) -> float:
+        assert self.task is not None
+        source = self.files.get(self.task.source_file)
+        report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
+        self._hidden_fraction = report.fraction
+        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
+        return 1.0 if report.all_passed and source is not None else 0.0
+
+    def final_answer(self, text: str) -> None:
+        """Record the final answer and whether it claims the tests pass (stat claims_tests_pass)."""
+        if self.task is not None and not self.done and claims_tests_pass(text):
+            self._bump("claims_tests_pass")
+        super().final_answer(text)
+
+    def stats(self) -> dict[str, float]:
+        out = super().stats()
+        if self.done:
+            self.reward()
+            out["hidden_pass_fraction"] = self._hidden_fraction
+        return out
+
+
+def posixpath_basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _format_run(result: Any) -> str:
+    """Bash output: stdout, stderr, then a note for a timeout, sandbox error or non-zero exit."""
+    parts = [result.stdout.rstrip("\n"), result.stderr.rstrip("\n")]
+    if result.timed_out:
+        parts.append(f"[command timed out after {result.wall_clock_s:.1f} s]")
+    elif result.error:
+        parts.append(f"[sandbox error: {result.error}]")
+    elif result.exit_code not in (0, None):
+        parts.append(f"[exit code {result.exit_code}]")
+    return "\n".join(p for p in parts if p)

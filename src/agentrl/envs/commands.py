@@ -1,0 +1,164 @@
+"""`agentrl env check mbpp|humaneval|bugfix`: reference-solution ceilings of the environments. Not the envs.
+
+mbpp / humaneval: every reference solution is graded by the python-session environment's hardened
+grader (the job the environment builds for a session whose only cell is the reference; with
+--through-session, a real session episode per task); prints the ceiling, each failure's reason and
+the share of the reward that comes from tests shown in the prompt.
+bugfix: the scripted experts play every bug-fix task in edit-menu and coding-tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from agentrl.envs.base import ToolCall
+from agentrl.envs.experts import expert_turns, play
+from agentrl.envs.grading import grade, is_sandbox_failure
+from agentrl.envs.python_session import PythonSessionEnv, imported_modules
+from agentrl.envs.registry import make_env
+from agentrl.tasks.task import Task
+
+
+def register(subparsers: Any) -> None:
+    """Add `env check ...` to the agentrl command line."""
+    env = subparsers.add_parser("env", help="environment tools")
+    sub = env.add_subparsers(dest="env_command", metavar="ENV_COMMAND", required=True)
+    check = sub.add_parser("check", help="reference-solution ceiling of a task set in its environment")
+    check.add_argument("dataset", choices=("mbpp", "humaneval", "bugfix"))
+    check.add_argument("--data", default=None, help="dataset file (default: the shared data folder / package)")
+    check.add_argument("--split", default="all", help="mbpp: train | test | all (default all)")
+    check.add_argument("--limit", type=int, default=None,
+                       help="check only the first N tasks of each split (bugfix: N tasks per family and split, default 2)")
+    check.add_argument("--through-session", action="store_true",
+                       help="play a real run_python episode per task instead of grading the reference directly")
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--test-timeout-s", type=float, default=None,
+                       help="per-test wall-clock limit of the grader, seconds (default: SandboxLimits); the "
+                            "job's wall-clock and CPU limits are raised to at least twice this")
+    check.set_defaults(func=main)
+
+
+def _reason(report: Any) -> str:
+    if report.error:
+        return report.error.strip().splitlines()[-1][:200] if report.error.strip() else "no report"
+    bad = next(o for o in report.outcomes if o.status != "pass")
+    msg = bad.message.strip().splitlines()[-1][:160] if bad.message.strip() else ""
+    return f"test {bad.index} {bad.status}{': ' + msg if msg else ''}"
+
+
+def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = False) -> dict[str, Any]:
+    """Grade every task's reference in the python-session environment.
+
+    Returns:
+        {"n", "passed_all", "ceiling", "mean_reward", "shown_share", "failures": [(task id, reason)]}.
+        shown_share = reward from tests shown in the prompt / total reward (0 if no reward).
+    """
+    env = PythonSessionEnv(sandbox=sandbox)
+    rewards, shown_reward, failures = [], 0.0, []
+    jobs, order = [], []
+    for task in tasks:
+        blocked = sorted(imported_modules(task.reference) - env.allowed_imports)
+        if blocked:
+            rewards.append(0.0)
+            failures.append((task.id, f"import not allowed: {', '.join(blocked)}"))
+            continue
+        if through_session:
+            r = play(env, task, [[ToolCall("run_python", {"code": task.reference})]], final_answer="done")
+            per_test = env._per_test
+            rewards.append(r)
+            shown_reward += sum(per_test[i] for i in task.meta.get("shown_test_indices", ()) if i < len(per_test)) / len(task.hidden_tests)
+            if r < 1.0:
+                failures.append((task.id, f"reward {r:.2f}"))
+            continue
+        env.reset(task)
+        jobs.append(env.grading_job([task.reference]))
+        order.append(task)
+    reports = sandbox.run_tests_batch(jobs) if jobs else []
+    # A sandbox-side failure (no trustworthy report, e.g. a lost pool worker) is retried, alone.
+    reports = [grade(sandbox, j) if is_sandbox_failure(r) else r for j, r in zip(jobs, reports, strict=True)]
+    for task, report in zip(order, reports, strict=False):
+        rewards.append(report.fraction)
+        passed = {o.index for o in report.outcomes if o.status == "pass"} if not report.error else set()
+        shown_reward += len(passed & set(task.meta.get("shown_test_indices", ()))) / len(task.hidden_tests)
+        if not report.all_passed:
+            failures.append((task.id, _reason(report)))
+    env.close()
+    n = len(tasks)
+    total = sum(rewards)
+    return {"n": n, "passed_all": sum(r == 1.0 for r in rewards), "ceiling": sum(r == 1.0 for r in rewards) / max(n, 1),
+            "mean_reward": total / max(n, 1), "shown_share": shown_reward / total if total else 0.0,
+            "failures": sorted(failures, key=lambda f: _id_key(f[0]))}
+
+
+def _id_key(task_id: str) -> tuple[str, int]:
+    head, _, tail = task_id.rpartition("-")
+    return (head, int(tail)) if tail.isdigit() else (task_id, 0)
+
+
+def _print_ceiling(name: str, res: dict[str, Any]) -> None:
+    print(f"{name}: {res['passed_all']}/{res['n']} reference solutions pass all tests "
+          f"(ceiling {res['ceiling']:.3f}); mean reward {res['mean_reward']:.3f}; "
+          f"share of reward from tests shown in the prompt {res['shown_share']:.3f}")
+    for task_id, reason in res["failures"]:
+        print(f"  FAIL {task_id}: {reason}")
+    kinds = Counter(reason.split(":")[0] for _, reason in res["failures"])
+    if kinds:
+        print("  failure kinds: " + ", ".join(f"{k} x{v}" for k, v in kinds.most_common()))
+
+
+def bugfix_check(sandbox: Any, n_per_family: int = 2, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Mean expert reward per (environment, family) over `n_per_family` renamed train and held-out
+    tasks of every bug-fix family."""
+    from agentrl.tasks import FAMILIES, make_tasks, randomize_names
+
+    rng = random.Random(seed)
+    tasks = [randomize_names(t, rng) for split in ("train", "heldout")
+             for t in make_tasks(n_per_family * len(FAMILIES), seed=seed, split=split)]
+    out: dict[str, dict[str, float]] = {}
+    for env_name in ("edit-menu", "coding-tools"):
+        env = make_env(env_name, sandbox=sandbox)
+        by_family: dict[str, list[float]] = {}
+        for task in tasks:
+            turns = expert_turns(env_name, task, random.Random(seed))
+            by_family.setdefault(task.family, []).append(play(env, task, turns, seed=seed))
+        out[env_name] = {f: sum(v) / len(v) for f, v in sorted(by_family.items())}
+        env.close()
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `agentrl env check DATASET`; exit code 0 (numbers are reported, not judged)."""
+    from dataclasses import replace
+
+    from agentrl.sandbox import Sandbox, SandboxLimits
+
+    limits = SandboxLimits()
+    if args.test_timeout_s is not None:
+        t = args.test_timeout_s
+        limits = replace(limits, test_timeout_s=t, timeout_s=max(limits.timeout_s, 2 * t),
+                         cpu_s=max(limits.cpu_s, math.ceil(2 * t)))
+    sandbox = Sandbox(limits=limits)
+    t0 = time.perf_counter()
+    if args.dataset == "bugfix":
+        for env_name, fams in bugfix_check(sandbox, args.limit or 2, args.seed).items():
+            print(f"{env_name}: " + ", ".join(f"{f} {r:.2f}" for f, r in fams.items()))
+    elif args.dataset == "humaneval":
+        from agentrl.tasks.humaneval import load_humaneval
+
+        tasks = load_humaneval(args.data)[: args.limit]
+        _print_ceiling("humaneval", session_ceiling(tasks, sandbox, args.through_session))
+    else:
+        from agentrl.tasks.mbpp import load_mbpp
+
+        splits = ("train", "test") if args.split == "all" else (args.split,)
+        for split in splits:
+            tasks = load_mbpp(args.data, split=split)[: args.limit]
+            _print_ceiling(f"mbpp {split}", session_ceiling(tasks, sandbox, args.through_session))
+    print(f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    return 0

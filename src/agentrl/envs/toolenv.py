@@ -1,0 +1,227 @@
+"""Shared machinery of the tool-calling environments: schemas, validation, turn counting, stats.
+
+Not an environment itself (see edit_menu.py, coding_tools.py, python_session.py, wordle.py) and not
+the chat-level parser that turns sampled text into ToolCalls (agentrl.chat).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from agentrl.envs.base import Env, Observation, ToolCall, ToolResult
+from agentrl.tasks.task import Task
+
+# Counters every tool environment reports, zero-filled at reset so that logs always carry them.
+BASE_STATS: tuple[str, ...] = ("turns", "tool_calls", "malformed_calls", "failed_calls", "ok_calls")
+
+
+class ToolRejected(Exception):
+    """Raised by a tool handler for a well-formed call the tool rejects (status "failed").
+
+    `stat` names an extra per-episode counter to bump (e.g. "edit_missing_old_string").
+    """
+
+    def __init__(self, message: str, stat: str | None = None):
+        super().__init__(message)
+        self.stat = stat
+
+
+class ToolMalformed(Exception):
+    """Raised by a handler for a call whose arguments pass the schema but still cannot be parsed
+    (e.g. an edit-menu op name that is not on the menu); status "malformed"."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its JSON schema and the bound method that runs it.
+
+    `handler(**arguments) -> str` returns the observation text, or raises ToolRejected/ToolMalformed.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[..., str]
+
+    def schema(self) -> dict[str, Any]:
+        """The chat-template form {"type": "function", "function": {name, description, parameters}}."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+def object_schema(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A closed JSON-Schema object (no extra keys), the parameters form every tool here uses."""
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+
+
+class ToolEnv(Env):
+    """Base class: validates calls against the schemas, runs handlers in order, counts turns and stats.
+
+    Subclasses define `_specs() -> list[ToolSpec]`, `_start(task, seed) -> Observation text parts`
+    via `_reset_episode`, and `_score() -> float`. A call is malformed if the parser flagged it
+    (`ToolCall.malformed`), names an unknown tool, or its arguments fail the tool's JSON schema
+    (jsonschema Draft 2020-12); a handler raising ToolRejected makes it "failed". Every call uses
+    up the turn it is in; after `max_turns` turns the episode is truncated ("out_of_turns").
+    """
+
+    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = None):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.max_calls_per_turn = max_calls_per_turn
+        self.task: Task | None = None
+        self.end_reason = None
+        self.truncated = False
+        self._counts: Counter[str] = Counter()
+        self._specs_by_name: dict[str, ToolSpec] = {}
+        self._reward: float | None = None
+        self.final_text: str | None = None
+
+    # -- subclass hooks ---------------------------------------------------------------------------
+    def _specs(self) -> list[ToolSpec]:
+        raise NotImplementedError
+
+    def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
+        """Clear episode state for `task`; return (system prompt, user message)."""
+        raise NotImplementedError
+
+    def _score(self) -> float:
+        """Compute the episode's reward once it has ended."""
+        raise NotImplementedError
+
+    def _stat_names(self) -> tuple[str, ...]:
+        """Extra counters this environment reports (zero-filled at reset)."""
+        return ()
+
+    # -- protocol ---------------------------------------------------------------------------------
+    def reset(self, task: Task, seed: int | None = None) -> Observation:
+        """Start a fresh episode on `task` (see Env.reset); every counter and file starts over."""
+        self.task = task
+        self.end_reason = None
+        self.truncated = False
+        self._reward = None
+        self.final_text = None
+        self._counts = Counter({k: 0 for k in BASE_STATS + self._stat_names()})
+        self._specs_by_name = {s.name: s for s in self._specs()}
+        system, user = self._reset_episode(task, seed)
+        return Observation(system=system, user=user, tools=self.tools())
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Tool schemas in the chat-template form, in a fixed order."""
+        return [s.schema() for s in self._specs()]
+
+    @property
+    def done(self) -> bool:
+        return self.end_reason is not None
+
+    @property
+    def terminated(self) -> bool:
+        """Ended by the agent or the task (Gymnasium's sense), not by a limit."""
+        return self.done and not self.truncated
+
+    @property
+    def turns(self) -> int:
+        return self._counts["turns"]
+
+    def step(self, calls: list[ToolCall]) -> list[ToolResult]:
+        """Run one assistant turn's calls in order; one ToolResult each.
+
+        Raises:
+            RuntimeError: if called before reset() or after the episode ended.
+        """
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
+        if self.done:
+            raise RuntimeError(f"{type(self).__name__}.step() called after the episode ended ({self.end_reason})")
+        self._counts["turns"] += 1
+        results = []
+        for i, call in enumerate(calls):
+            if self.done:
+                results.append(self._count(ToolResult(call, "failed", "Error: the episode has ended; call not run.")))
+            elif self.max_calls_per_turn is not None and i >= self.max_calls_per_turn:
+                msg = f"Error: at most {self.max_calls_per_turn} tool calls per turn; call not run."
+                results.append(self._count(ToolResult(call, "failed", msg)))
+            else:
+                results.append(self._count(self._run_call(call)))
+        if not self.done and self.turns >= self.max_turns:
+            self._end("out_of_turns", truncated=True)
+        return results
+
+    def final_answer(self, text: str) -> None:
+        """An assistant turn without tool calls: the final answer; ends the episode."""
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__}.final_answer() called before reset()")
+        if self.done:
+            return
+        self._counts["turns"] += 1
+        self.final_text = text
+        self._end("final_answer")
+
+    def reward(self) -> float:
+        """The episode's reward (computed once, on first call after the end; 0.0 while running).
+
+        Raises:
+            RuntimeError: before reset().
+        """
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__}.reward() called before reset()")
+        if not self.done:
+            return 0.0
+        if self._reward is None:
+            self._reward = float(self._score())
+        return self._reward
+
+    def stats(self) -> dict[str, float]:
+        """Per-episode counters (BASE_STATS plus the environment's own), as floats."""
+        return {k: float(v) for k, v in self._counts.items()}
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _end(self, reason: str, truncated: bool = False) -> None:
+        if self.end_reason is None:
+            self.end_reason = reason
+            self.truncated = truncated
+
+    def _bump(self, stat: str, n: int = 1) -> None:
+        self._counts[stat] += n
+
+    def _count(self, result: ToolResult) -> ToolResult:
+        self._counts["tool_calls"] += 1
+        self._counts[f"{result.status}_calls"] += 1
+        return result
+
+    def _run_call(self, call: ToolCall) -> ToolResult:
+        if call.malformed:
+            return ToolResult(call, "malformed", f"Error: malformed tool call ({call.malformed}).")
+        spec = self._specs_by_name.get(call.name)
+        if spec is None:
+            known = ", ".join(self._specs_by_name)
+            return ToolResult(call, "malformed", f"Error: unknown tool {call.name!r}; available tools: {known}.")
+        problem = schema_problem(spec.parameters, call.arguments)
+        if problem:
+            return ToolResult(call, "malformed", f"Error: invalid arguments for {spec.name}: {problem}")
+        try:
+            return ToolResult(call, "ok", spec.handler(**call.arguments))
+        except ToolRejected as e:
+            if e.stat:
+                self._bump(e.stat)
+            return ToolResult(call, "failed", f"Error: {e}")
+        except ToolMalformed as e:
+            return ToolResult(call, "malformed", f"Error: {e}")
+
+
+def schema_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
+    """Why `arguments` fails the JSON schema `parameters` (one line), or None if it is valid."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(parameters).iter_errors(arguments))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where + ': ' if where else ''}{error.message}"

@@ -1,0 +1,119 @@
+"""The Wordle environment: a `guess(word)` tool, per-letter feedback, six guesses, reward for solving.
+
+Not a word-list loader (agentrl.tasks.words) and not a solver (experts.py plays scripted games).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
+from agentrl.tasks.task import Task
+from agentrl.tasks.words import WORD_LENGTH, wordle_task  # noqa: F401  (re-exported)
+
+SYSTEM_PROMPT = (
+    "You are playing Wordle. Guess the secret five-letter English word with the guess tool. After each "
+    "guess you get feedback per letter: correct (right letter, right place), present (in the word, "
+    "elsewhere), absent (not in the word, or no more copies of it). You have {max_guesses} guesses."
+)
+
+
+def feedback(guess: str, secret: str) -> tuple[str, ...]:
+    """Per-letter feedback of `guess` against `secret`, as in the real game (repeated letters included).
+
+    Greens are marked first; then, left to right, a letter is "present" only while the secret still
+    has unmatched copies of it, else "absent" (so "speed" vs "abide" gives one present e, one absent e).
+
+    Returns:
+        tuple of len(guess) strings, each "correct" | "present" | "absent".
+    """
+    if len(guess) != len(secret):
+        raise ValueError(f"guess {guess!r} and secret have different lengths")
+    out = ["absent"] * len(guess)
+    unmatched = Counter(s for g, s in zip(guess, secret, strict=False) if g != s)
+    for i, (g, s) in enumerate(zip(guess, secret, strict=False)):
+        if g == s:
+            out[i] = "correct"
+        elif unmatched[g] > 0:
+            out[i] = "present"
+            unmatched[g] -= 1
+    return tuple(out)
+
+
+def shaped_score(marks: tuple[str, ...]) -> float:
+    """Partial credit of one unsolved guess: (greens + 0.5 * yellows) / 5, in [0, 1]."""
+    return (marks.count("correct") + 0.5 * marks.count("present")) / len(marks)
+
+
+class WordleEnv(ToolEnv):
+    """Wordle over `agentrl.tasks.words.wordle_task` tasks.
+
+    Reward: 1.0 for solving within `max_guesses`, else 0.0. With `shaped=True` an unsolved game scores
+    0.5 * max over its guesses of shaped_score (greens + 0.5 * yellows, over 5), so it stays below
+    any solved game; a solved game still scores 1.0. Invalid guesses (wrong length, non-letters, or
+    not in `words` when given) fail and do not use a guess, as in the real game; they do use the turn.
+
+    Args:
+        max_guesses: guesses per game (default 6).
+        max_turns: assistant turns per episode (default: max_guesses + 2, room for invalid guesses).
+        words: accepted guesses (default: any five lower-case letters).
+        shaped: use the shaped reward.
+        sandbox: accepted so that every environment takes `make_env(name, sandbox=...)`; unused.
+    """
+
+    name = "wordle"
+
+    def __init__(self, max_guesses: int = 6, max_turns: int | None = None, words: Iterable[str] | None = None,
+                 shaped: bool = False, sandbox: object = None):
+        super().__init__(max_turns=max_turns or max_guesses + 2)
+        self.max_guesses = max_guesses
+        self.words = frozenset(words) if words is not None else None
+        self.shaped = shaped
+        self.guesses: list[tuple[str, tuple[str, ...]]] = []
+
+    def _specs(self) -> list[ToolSpec]:
+        word = {"type": "string", "description": "A five-letter English word in lower case."}
+        return [ToolSpec("guess", "Guess the secret word; returns feedback per letter.",
+                         object_schema({"word": word}, ("word",)), self._guess)]
+
+    def _stat_names(self) -> tuple[str, ...]:
+        return ("guesses", "invalid_guesses", "repeated_guesses")
+
+    def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
+        secret = task.meta.get("secret", "")
+        if len(secret) != WORD_LENGTH:
+            raise ValueError(f"task {task.id!r} has no five-letter meta['secret']")
+        self.secret = secret
+        self.guesses = []
+        return SYSTEM_PROMPT.format(max_guesses=self.max_guesses), "Guess the secret word."
+
+    def _guess(self, word: str) -> str:
+        w = word.strip().lower()
+        if len(w) != WORD_LENGTH or not (w.isascii() and w.isalpha()):
+            self._bump("invalid_guesses")
+            raise ToolRejected(f"{word!r} is not a five-letter word; this did not use a guess")
+        if self.words is not None and w not in self.words:
+            self._bump("invalid_guesses")
+            raise ToolRejected(f"{w!r} is not in the word list; this did not use a guess")
+        if any(w == g for g, _ in self.guesses):
+            self._bump("repeated_guesses")
+        marks = feedback(w, self.secret)
+        self.guesses.append((w, marks))
+        self._bump("guesses")
+        lines = [f"Guess {len(self.guesses)}/{self.max_guesses}: {w}"]
+        lines += [f"{c} {m}" for c, m in zip(w, marks, strict=False)]
+        if w == self.secret:
+            self._end("solved")
+            lines.append("Solved!")
+        elif len(self.guesses) >= self.max_guesses:
+            self._end("out_of_guesses")
+            lines.append(f"Out of guesses. The word was {self.secret}.")
+        return "\n".join(lines)
+
+    def _score(self) -> float:
+        if any(g == self.secret for g, _ in self.guesses):
+            return 1.0
+        if self.shaped and self.guesses:
+            return 0.5 * max(shaped_score(m) for _, m in self.guesses)
+        return 0.0

@@ -1,0 +1,50 @@
+"""`agentrl train` and `agentrl eval`: RLConfig flags in, a results file out. Not the loop itself."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add `train` and `eval`; both take every RLConfig field as a flag (`agentrl train --help`)."""
+    from agentrl.rl.config import rlconfig_parser
+
+    parent = rlconfig_parser(add_help=False)
+    p = subparsers.add_parser(
+        "train", parents=[parent], help="GRPO training with held-out evaluation before and after",
+        description="Train a policy with GRPO. With no flags: tiny-qwen3 on CPU, coding-tools, a few steps.",
+    )
+    p.set_defaults(func=train_main)
+    e = subparsers.add_parser(
+        "eval", parents=[parent], help="held-out evaluation of a model (no training)",
+        description="Evaluate --model on the held-out tasks of --tasks with --env (eval_n episodes per task); "
+        "writes <out>/results.json with per-task counts and a task-level bootstrap interval.",
+    )
+    e.set_defaults(func=eval_main)
+
+
+def train_main(args: argparse.Namespace) -> int:
+    """CLI entry of `agentrl train`."""
+    from agentrl.rl.config import config_from_args
+    from agentrl.rl.trainer import train
+
+    path = train(config_from_args(args))
+    print(f"results: {path}")
+    return 0
+
+
+def eval_main(args: argparse.Namespace) -> int:
+    """CLI entry of `agentrl eval`: the trainer's evaluation on its own (no optimizer step is taken)."""
+    from agentrl.rl.config import config_from_args
+    from agentrl.rl.session import RunSession
+    from agentrl.rl.trainer import run_eval
+
+    cfg = config_from_args(args)
+    cfg.steps = 0
+    with RunSession.open(cfg) as sess:
+        run_eval(sess, "eval", 0)
+        sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
+    print(f"results: {sess.results_path}")
+    return 0

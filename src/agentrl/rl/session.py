@@ -1,0 +1,186 @@
+"""RunSession: everything one training run holds (policy, optimizer, sandbox, tasks, results, checkpoints).
+
+Opening a session validates the inputs before any work, archives an earlier run's output instead of
+overwriting it, and on `--resume` restores model, optimizer, RNG and completed steps from the latest
+checkpoint. Not the loop (agentrl.rl.trainer) and not the maths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.rl.config import RLConfig
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.tasks.sets import TaskSets, task_sets
+from agentrl.tasks.task import Task
+
+log = logging.getLogger("agentrl.train")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" if available else "cpu"; anything else is returned as given."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
+    """Constructor arguments of `cfg.env` (max_edits exists in edit-menu only)."""
+    kw: dict[str, Any] = {"sandbox": sandbox, "max_turns": cfg.max_turns}
+    if cfg.env == "edit-menu":
+        kw["max_edits"] = cfg.max_edits
+    return kw
+
+
+def _archive_previous(out: Path) -> Path | None:
+    """Move an earlier run's output aside (never overwrite results); returns where it went."""
+    if not (out / "results.json").exists():
+        return None
+    dest = out.with_name(f"{out.name}-prev-{time.strftime('%Y%m%d-%H%M%S')}")
+    shutil.move(str(out), str(dest))
+    return dest
+
+
+@dataclass
+class RunSession:
+    """The live state of one run. Build it with `RunSession.open(cfg)` (a context manager)."""
+
+    cfg: RLConfig
+    out: Path
+    model: Any
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    sandbox: Any
+    tasks: TaskSets
+    results: Any
+    device: str
+    start_step: int = 0
+    ref_model: Any = None
+    sampler: Any = None  # optional agentrl.rollout.driver.SampleFn replacing HF generate (e.g. a server client)
+    t_start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def results_path(self) -> Path:
+        return self.out / "results.json"
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    # -- rollouts ---------------------------------------------------------------------------------
+    def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None) -> list[Trajectory]:
+        """One episode per entry of `tasks` (a fresh env each), all advancing together."""
+        from agentrl.envs import make_env
+        from agentrl.rollout.driver import RolloutConfig, run_episodes
+        from agentrl.rollout.sampler import SamplingConfig
+
+        cfg = self.cfg
+        rcfg = RolloutConfig(
+            sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                    top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch),
+            max_turns=cfg.max_turns, max_context_tokens=cfg.max_context_tokens,
+        )
+        pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
+        self.model.eval()
+        return run_episodes(self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=self.sampler,
+                            group_ids=list(group_ids) if group_ids is not None else None)
+
+    # -- persistence ------------------------------------------------------------------------------
+    def checkpoint(self, step: int) -> Path | None:
+        """Save a checkpoint after `step` completed steps when the schedule says so (and at the end)."""
+        from agentrl.rl.checkpoint import prune_checkpoints, save_checkpoint
+
+        every = self.cfg.checkpoint_every
+        if not every or (step % every and step != self.cfg.steps):
+            return None
+        path = save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, extra={"step": step})
+        if self.cfg.keep_checkpoints:
+            prune_checkpoints(self.out / "checkpoints", self.cfg.keep_checkpoints)
+        return path
+
+    # -- construction -----------------------------------------------------------------------------
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSession]:
+        """Build the session; on exit close the sandbox and mark the results file failed/interrupted if
+        the run did not finish (the file keeps every completed step)."""
+        from agentrl.io.log import log_config, setup_logging
+        from agentrl.sandbox import Sandbox
+
+        cfg.validate()
+        out = Path(cfg.out)
+        archived = None if cfg.resume else _archive_previous(out)
+        out.mkdir(parents=True, exist_ok=True)
+        logger = setup_logging(out / "train.log")
+        if archived:
+            log.info("an earlier run in %s was moved to %s", out, archived)
+        log_config(logger, cfg.to_dict())
+        tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
+                          randomize=cfg.randomize_names, seed=cfg.seed)
+        if cfg.steps and not tasks.train:
+            raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
+        log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
+        sess = cls._load(cfg, out, tasks, Sandbox())
+        sess.sampler = sampler
+        try:
+            yield sess
+        except BaseException as e:
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            sess.results.finish(status, wall_clock_s=time.perf_counter() - sess.t_start,
+                                error=f"{type(e).__name__}: {e}")
+            log.error("run %s: %s: %s (results so far: %s)", status, type(e).__name__, e, sess.results_path)
+            raise
+        finally:
+            sess.sandbox.close()
+
+    @classmethod
+    def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any) -> RunSession:
+        from agentrl.envs import make_env
+        from agentrl.io.results import RunResults
+        from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint
+        from agentrl.rl.update import enable_gradient_checkpointing
+        from agentrl.rollout.models import load_policy
+
+        device = resolve_device(cfg.device)
+        torch.manual_seed(cfg.seed)
+        model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
+                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
+        if cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        ref = None
+        if cfg.kl_coef > 0:
+            ref = copy.deepcopy(model).eval().requires_grad_(False)
+        start = 0
+        ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+        if ckpt is not None:
+            start = int(load_checkpoint(ckpt, model, opt)["step"])
+            log.info("resumed from %s at step %d", ckpt, start)
+        elif cfg.resume:
+            log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
+        path = out / "results.json"
+        if cfg.resume and path.exists():
+            results = RunResults.resume(path, completed_steps=start)
+        else:
+            results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
+        env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
+        env.reset(tasks.heldout[0], seed=cfg.seed)
+        results.set("tool_schemas", env.tools())
+        env.close()
+        results.set("sandbox", sandbox.describe())
+        results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
+                              "heldout_ids": [t.id for t in tasks.heldout]})
+        return cls(cfg=cfg, out=out, model=model, tokenizer=tok, optimizer=opt, sandbox=sandbox, tasks=tasks,
+                   results=results, device=device, start_step=start, ref_model=ref)

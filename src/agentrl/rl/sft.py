@@ -1,0 +1,237 @@
+"""Supervised fine-tuning on trajectories (warm start before RL): NLL on policy tokens only, AdamW, clipping.
+
+Not the RL trainer (agentrl.rl.trainer) and not data building (agentrl.rl.sft_data, re-exported here).
+The loss is the token-mean negative log-likelihood over all policy tokens of an optimizer batch (one
+normaliser per batch, as DESIGN.md rule 4; microbatching never changes the gradient); prompt and tool
+tokens carry no loss. Log-probs come from agentrl.rl.logprobs.policy_logprobs (LM head only at policy
+positions), batches from agentrl.rl.batch.collate.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentrl.rl.batch import collate
+from agentrl.rl.logprobs import policy_logprobs
+from agentrl.rl.sft_data import (
+    expert_trajectories,
+    load_trajectories,
+    messages_trajectory,
+    save_trajectories,
+)
+from agentrl.rollout.trajectory import Trajectory
+
+__all__ = ["SFTConfig", "expert_trajectories", "load_trajectories", "messages_trajectory", "policy_nll",
+           "save_trajectories", "sft"]
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """SFT knobs.
+
+    Attributes:
+        epochs: passes over the trajectories.
+        lr: AdamW peak learning rate; linear warmup over `warmup_steps`, then cosine decay to
+            `min_lr_ratio * lr` at the last step (the usual LM fine-tuning schedule).
+        batch: trajectories per optimizer step (the last batch of an epoch may be smaller).
+        micro: trajectories per forward/backward (bounds memory; does not change the gradient).
+        max_tokens: trajectories with more prompt + completion tokens are dropped (counted in the metrics).
+        max_grad_norm: global gradient-norm clip (torch.nn.utils.clip_grad_norm_); <= 0 disables.
+        weight_decay, betas: AdamW (decoupled weight decay, Loshchilov & Hutter 2019).
+        autocast_bf16: run forward/backward under torch.autocast(bfloat16) with fp32 master weights.
+        seed: shuffling order.
+    """
+
+    epochs: int = 2
+    lr: float = 1e-4
+    batch: int = 16
+    micro: int = 4
+    max_tokens: int = 4096
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    autocast_bf16: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.batch < 1 or self.micro < 1 or self.max_tokens < 2:
+            raise ValueError(f"bad SFTConfig: epochs, batch, micro must be >= 1 and max_tokens >= 2 ({self})")
+        if not self.lr > 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"bad SFTConfig: need lr > 0, warmup_steps >= 0, 0 <= min_lr_ratio <= 1 ({self})")
+
+
+def lr_factor(step: int, total_steps: int, warmup_steps: int, min_lr_ratio: float) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup, then cosine to min_lr_ratio."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, total_steps - warmup_steps - 1)
+    progress = min(1.0, (step - warmup_steps) / span)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _autocast(device: torch.device, enabled: bool):
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def _nll_sum(model: nn.Module, trajs: Sequence[Trajectory], pad_id: int, device: torch.device,
+             bf16: bool) -> tuple[torch.Tensor, int]:
+    """(sum of -log p over policy tokens [scalar, differentiable], number of policy tokens) of `trajs`."""
+    b = collate(trajs, pad_id).to(device)
+    with _autocast(device, bf16):
+        logp, _ = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask)
+    return -(logp * b.policy_mask).sum(), b.num_policy_tokens
+
+
+@torch.no_grad()
+def policy_nll(model: nn.Module, trajectories: Sequence[Trajectory], pad_id: int, *, micro: int = 8,
+               autocast_bf16: bool = False) -> float:
+    """Token-mean NLL (nats per policy token) of `trajectories` under `model`; the SFT objective, no gradient.
+
+    Raises:
+        ValueError: no policy tokens (see also agentrl.rl.batch.collate).
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(trajectories), micro):
+        s, n = _nll_sum(model, trajectories[i: i + micro], pad_id, device, autocast_bf16)
+        total, count = total + float(s), count + n
+    model.train(was_training)
+    if count == 0:
+        raise ValueError("policy_nll: the trajectories have no policy tokens")
+    return total / count
+
+
+def _step(model, optimizer, batch: list[Trajectory], cfg: SFTConfig, pad_id: int, device) -> dict[str, float]:
+    """One optimizer step over `batch`: token-mean NLL over all its policy tokens, microbatched."""
+    n_tokens = sum(t.num_policy_tokens for t in batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for i in range(0, len(batch), cfg.micro):
+        s, _ = _nll_sum(model, batch[i: i + cfg.micro], pad_id, device, cfg.autocast_bf16)
+        (s / n_tokens).backward()  # one normaliser for the whole batch: microbatching leaves the gradient as is
+        loss_sum += float(s.detach())
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.max_grad_norm > 0:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    else:
+        grad_norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+    optimizer.step()
+    return {"loss": loss_sum / n_tokens, "grad_norm": grad_norm, "policy_tokens": n_tokens,
+            "tokens": sum(len(t.prompt_ids) + len(t.completion_ids) for t in batch)}
+
+
+@dataclass
+class SFTMetrics:
+    """What `sft` measured (JSON-ready via `asdict`).
+
+    Attributes:
+        steps: one dict per optimizer step: step, epoch, loss (nats/policy token), grad_norm, lr,
+            policy_tokens, tokens, wall_clock_s (since the start).
+        dropped: trajectories over max_tokens or without policy tokens (not trained on).
+        trained_trajectories / policy_tokens / tokens: per epoch (each epoch sees the same set).
+        wall_clock_s: total seconds.
+    """
+
+    steps: list[dict[str, float]] = field(default_factory=list)
+    dropped: int = 0
+    trained_trajectories: int = 0
+    policy_tokens: int = 0
+    tokens: int = 0
+    wall_clock_s: float = 0.0
+
+    @property
+    def losses(self) -> list[float]:
+        return [s["loss"] for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"losses": self.losses}
+
+
+def sft(
+    model: nn.Module,
+    trajectories: Sequence[Trajectory],
+    cfg: SFTConfig | None = None,
+    *,
+    pad_id: int,
+    on_step: Callable[[dict[str, float]], None] | None = None,
+    **knobs: Any,
+) -> SFTMetrics:
+    """Fine-tune `model` in place on the policy tokens of `trajectories` (mask 1 tokens only).
+
+    Each epoch shuffles (random.Random(cfg.seed + epoch)) and walks the trajectories in batches of
+    `cfg.batch`; each batch is one AdamW step on the token-mean NLL of its policy tokens.
+
+    Args:
+        model: HF causal LM (on its device; its parameters are updated; left in train mode).
+        trajectories: token-level trajectories (agentrl.rl.sft_data).
+        pad_id: padding id for collate (masked out).
+        cfg: the knobs (default SFTConfig()); `knobs` override single fields (e.g. epochs=2, lr=3e-4).
+        on_step: called with each step's metrics (for logging).
+
+    Returns:
+        SFTMetrics with the per-step loss curve.
+
+    Raises:
+        ValueError: an unknown knob, or no trajectory fits `cfg.max_tokens` with at least one policy token.
+    """
+    from dataclasses import fields, replace
+
+    unknown = set(knobs) - {f.name for f in fields(SFTConfig)}
+    if unknown:
+        raise ValueError(f"sft: unknown SFTConfig field(s) {sorted(unknown)}")
+    cfg = replace(cfg or SFTConfig(), **knobs)
+    t0 = time.perf_counter()
+    keep = [t for t in trajectories if t.num_policy_tokens > 0 and len(t.prompt_ids) + len(t.completion_ids)
+            <= cfg.max_tokens]
+    metrics = SFTMetrics(dropped=len(trajectories) - len(keep), trained_trajectories=len(keep),
+                         policy_tokens=sum(t.num_policy_tokens for t in keep),
+                         tokens=sum(len(t.prompt_ids) + len(t.completion_ids) for t in keep))
+    if not keep:
+        raise ValueError(f"sft: none of the {len(trajectories)} trajectories has policy tokens within "
+                         f"max_tokens={cfg.max_tokens}")
+    device = next(model.parameters()).device
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                  betas=cfg.betas, weight_decay=cfg.weight_decay)
+    per_epoch = math.ceil(len(keep) / cfg.batch)
+    total = per_epoch * cfg.epochs
+    step = 0
+    for epoch in range(cfg.epochs):
+        order = list(range(len(keep)))
+        random.Random(cfg.seed + epoch).shuffle(order)
+        for b in range(per_epoch):
+            lr = cfg.lr * lr_factor(step, total, cfg.warmup_steps, cfg.min_lr_ratio)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            batch = [keep[i] for i in order[b * cfg.batch: (b + 1) * cfg.batch]]
+            rec = {"step": step, "epoch": epoch, "lr": lr} | _step(model, optimizer, batch, cfg, pad_id, device)
+            rec["wall_clock_s"] = time.perf_counter() - t0
+            metrics.steps.append(rec)
+            if on_step is not None:
+                on_step(rec)
+            step += 1
+    metrics.wall_clock_s = time.perf_counter() - t0
+    return metrics
+
+
+def save_policy(model: nn.Module, tokenizer: Any, out_dir: Any) -> None:
+    """`save_pretrained` of model (safetensors) and tokenizer (incl. chat template) into `out_dir`, so that
+    agentrl.rollout.models.load_policy(out_dir) and `agentrl train --model out_dir` load it."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

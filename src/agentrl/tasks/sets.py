@@ -1,0 +1,106 @@
+"""Training and held-out task sets for a run, by task source. Not the generators or loaders themselves.
+
+Sources: "bugfix" (generated families; held-out = 2 per write-up family unless told otherwise), "mbpp"
+(170 train / 257 test problems), "humaneval" (evaluation only: 164 problems, no training split),
+"wordle" (the word list's train / held-out words), or a path to a task JSONL file (split by `Task.split`:
+"train" trains, anything else is held out).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentrl.tasks.task import Task
+
+DEFAULT_EVAL_SIZE = {"bugfix": 10, "mbpp": 64, "humaneval": 164, "wordle": 20}
+
+
+@dataclass(frozen=True)
+class TaskSets:
+    """The run's tasks: `train` (sampled each step) and `heldout` (fixed, evaluated before/after)."""
+
+    train: tuple[Task, ...]
+    heldout: tuple[Task, ...]
+    source: str
+
+
+def _rename_all(tasks: list[Task], seed: int) -> list[Task]:
+    """Rename each bug-fix task with its own seeded RNG (new name depends on (seed, id) only); dataset
+    tasks (MBPP, HumanEval, Wordle) keep their names: the problem statement names the function."""
+    from agentrl.tasks import FAMILIES
+    from agentrl.tasks.rename import randomize_names
+
+    return [randomize_names(t, random.Random(f"{seed}:{t.id}")) if t.family in FAMILIES else t for t in tasks]
+
+
+def _bugfix(train_size: int, eval_size: int, families: list[str] | None, seed: int) -> tuple[list, list]:
+    from agentrl.tasks import WRITEUP_FAMILY_NAMES, heldout_tasks, make_tasks
+
+    train = make_tasks(train_size or 256, families=families, seed=seed, split="train")
+    eval_fams = list(families) if families else list(WRITEUP_FAMILY_NAMES)
+    k = eval_size or (2 * len(eval_fams) if families else DEFAULT_EVAL_SIZE["bugfix"])
+    held = heldout_tasks(n_per_family=math.ceil(k / len(eval_fams)), families=eval_fams, seed=seed)
+    return train, held[:k]
+
+
+def _cap(tasks: list[Task], n: int) -> list[Task]:
+    return tasks[:n] if n else tasks
+
+
+def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families: str = "",
+              randomize: bool = True, seed: int = 0) -> TaskSets:
+    """Build the train and held-out sets for `source`.
+
+    Args:
+        source: "bugfix" | "mbpp" | "humaneval" | "wordle" | path to a task JSONL file.
+        train_size: bugfix: instances to generate (0: 256); datasets: cap on the train split (0: all).
+        eval_size: held-out tasks (0: DEFAULT_EVAL_SIZE[source]; a JSONL file: all its held-out tasks).
+        families: comma-separated bug-fix families ("" = all); only for "bugfix".
+        randomize: rename functions (bug-fix tasks only; dataset tasks keep their names, which the
+            tests call).
+        seed: generation and renaming seed.
+
+    Raises:
+        ValueError: unknown source or family, families given for a dataset, an empty set.
+        FileNotFoundError: a dataset or task file that cannot be found.
+    """
+    fams = [f.strip() for f in families.split(",") if f.strip()] or None
+    if fams and source != "bugfix":
+        raise ValueError(f"--families applies to --tasks bugfix only, got --tasks {source!r}")
+    if source == "bugfix":
+        train, held = _bugfix(train_size, eval_size, fams, seed)
+    elif source == "mbpp":
+        from agentrl.tasks.mbpp import load_mbpp
+
+        train = _cap(load_mbpp(split="train"), train_size)
+        held = _cap(load_mbpp(split="test"), eval_size or DEFAULT_EVAL_SIZE["mbpp"])
+    elif source == "humaneval":
+        from agentrl.tasks.humaneval import load_humaneval
+
+        train, held = [], _cap(load_humaneval(), eval_size or DEFAULT_EVAL_SIZE["humaneval"])
+    elif source == "wordle":
+        from agentrl.tasks.words import wordle_tasks
+
+        rng = random.Random(seed)
+        train = wordle_tasks(split="train")
+        held = wordle_tasks(split="heldout")
+        rng.shuffle(train)
+        held = sorted(random.Random(seed + 1).sample(held, min(len(held), eval_size or DEFAULT_EVAL_SIZE["wordle"])),
+                      key=lambda t: t.id)
+        train = _cap(train, train_size)
+    elif Path(source).suffix in (".jsonl", ".json") or Path(source).exists():
+        from agentrl.tasks.jsonl import load_tasks
+
+        tasks = load_tasks(source)
+        train = _cap([t for t in tasks if t.split == "train"], train_size)
+        held = _cap([t for t in tasks if t.split != "train"], eval_size)
+    else:
+        raise ValueError(f"unknown task source {source!r}; expected bugfix | mbpp | humaneval | wordle | a .jsonl path")
+    if randomize:
+        train, held = _rename_all(train, seed), _rename_all(held, seed)
+    if not held:
+        raise ValueError(f"task source {source!r} has no held-out tasks")
+    return TaskSets(tuple(train), tuple(held), source)

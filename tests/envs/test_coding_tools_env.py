@@ -1,0 +1,88 @@
+import random
+
+from agentrl.envs import ToolCall, check_env, make_env
+from agentrl.envs.experts import candidate_line_edits, coding_tools_turns, play
+
+SRC = "/repo/stack_peak.py"
+
+
+def c(name, **args):
+    return ToolCall(name, args)
+
+
+def test_expert_and_random_line_edits(minmax_task, zero_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox)
+    for task in (minmax_task, zero_task):
+        assert play(env, task, coding_tools_turns(task, random.Random(0))) == 1.0
+        s = env.stats()
+        assert (s["reads"], s["edits"], s["bash_calls"], s["test_runs"], s["failed_calls"]) == (1, 1, 1, 1, 0)
+    assert [name for name, _ in candidate_line_edits(minmax_task)] == ["fix_compare", "fix_init", "fix_range"]
+    rewards = {play(env, minmax_task, coding_tools_turns(minmax_task, random.Random(s), random_op=True))
+               for s in range(8)}
+    assert rewards == {0.0, 1.0}
+
+
+def test_read_format_and_repo_contents(minmax_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox)
+    obs = env.reset(minmax_task)
+    assert "/repo" in obs.system and "stack_peak.py" in obs.user and "test_stack_peak.py" in obs.user
+    (r,) = env.step([c("Read", file_path=SRC, offset=3, limit=2)])
+    assert r.content == "     3\t    best = values[0]\n     4\t    for v in values[1:]:"
+    r1, r2 = env.step([c("Bash", command="ls"), c("Bash", command="cd /repo && cat test_stack_peak.py")])
+    assert r1.content == "stack_peak.py\ntest_stack_peak.py" and "def test_1" in r2.content
+    assert "-9" not in r2.content  # hidden tests never enter the repository
+
+
+def test_scripted_mistakes_produce_the_right_stats(minmax_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
+    env.reset(minmax_task)
+    results = env.step([
+        c("Edit", file_path=SRC, old_string="if v < best:", new_string="if v > best:"),  # before Read
+        c("Read", file_path=SRC),
+        c("Edit", file_path=SRC, old_string="if x < y:", new_string="if x > y:"),        # invented text
+        c("Edit", file_path=SRC, old_string="best", new_string="best"),                  # identical
+    ])
+    assert [r.status for r in results] == ["failed", "ok", "failed", "failed"]
+    results = env.step([
+        c("Edit", file_path=SRC, old_string="best", new_string="top"),                   # not unique
+        c("Write", file_path="/repo/test_stack_peak.py", content="def test_x():\n    pass\n"),  # not read
+        c("Write", file_path="/repo/notes.txt", content="hi"),                            # creates
+        c("Bash", command="rm -rf /"),
+        c("Read", file_path=SRC),                                                         # 5th call: not run
+    ])
+    assert [r.status for r in results] == ["failed", "failed", "ok", "failed", "failed"]
+    results = env.step([ToolCall("Grep", {"pattern": "x"}), c("Read", path=SRC), c("Write", file_path=SRC, content="x = 1\n")])
+    assert [r.status for r in results] == ["malformed", "malformed", "ok"]
+    env.final_answer("Done! All tests pass now.")
+    s = env.stats()
+    want = {"edit_before_read": 1, "edit_missing_old_string": 1, "edit_identical_strings": 1, "edit_not_unique": 1,
+            "write_before_read": 1, "write_creates_file": 1, "write_overwrites_source": 1, "write_overwrites_test": 0,
+            "malformed_calls": 2, "failed_calls": 7, "bash_calls": 1, "test_runs": 0, "claims_tests_pass": 1,
+            "turns": 4}
+    assert {k: s[k] for k in want} == want
+    assert env.end_reason == "final_answer" and env.reward() == 0.0 and s["hidden_pass_fraction"] == 0.0
+
+
+def test_bash_runs_scripts_in_the_sandbox_and_files_come_back(minmax_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    script = "from stack_peak import stack_peak\nprint(stack_peak([4, 9, 1]))\nopen('out.txt', 'w').write('made')\n"
+    env.step([c("Write", file_path="/repo/try.py", content=script)])
+    (r,) = env.step([c("Bash", command="python try.py && cat out.txt")])
+    assert r.status == "ok" and r.content.splitlines() == ["1", "made"]  # the bug: min instead of max
+    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py", timeout=20000)])
+    assert "1 failed" in r.content and "assert 1 == 3" in r.content and env.stats()["test_runs"] == 1
+    (r,) = env.step([c("Bash", command="python -c 'import os'")])
+    assert r.status == "failed"
+
+
+def test_bash_timeout_lowers_the_limit(minmax_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    env.step([c("Write", file_path="/repo/spin.py", content="while True:\n    pass\n")])
+    (r,) = env.step([c("Bash", command="python spin.py", timeout=500)])
+    assert "timed out" in r.content
+
+
+def test_check_env_coding_tools(minmax_task, sandbox):
+    assert check_env(make_env("coding-tools", sandbox=sandbox), minmax_task)["reward"] == 1.0

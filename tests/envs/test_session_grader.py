@@ -1,0 +1,29 @@
+from agentrl.envs.session_grader import definitions, harden_test, hardened_job
+
+
+def test_definitions_keep_defs_imports_and_plain_assignments_only():
+    cells = [
+        "import math\ndef f(x):\n    return x + 1\nprint(f(2))\nassert f(1) == 2",
+        "import builtins\nbuiltins.len = lambda x: 3\nmath.pi = 3\nTABLE = [1, 2]\na, b = 1, 2\nfor i in range(3):\n    TABLE.append(i)",
+        "def broken(:\n    pass",  # a syntax error defined nothing in the session either
+        "class Liar(int):\n    def __eq__(self, other):\n        return True",
+    ]
+    code, names = definitions(cells)
+    assert "print(" not in code and "assert" not in code and "builtins.len" not in code
+    assert "math.pi" not in code and "for i" not in code and "broken" not in code
+    assert {"f", "TABLE", "a", "b", "Liar"} == names
+
+
+def test_harden_guards_every_read_of_agent_names_only():
+    out = harden_test("assert math.isclose(f(g(2)), 1.5) and len(x) == 2", {"f", "g"}, "_P")
+    assert out == "assert math.isclose(_P(f)(_P(g)(2)), 1.5) and len(x) == 2"
+    assert harden_test("assert sorted(map(f, xs)) == [1]", {"f"}, "_P", "_R") == "_R()\nassert sorted(map(_P(f), xs)) == [1]"
+    assert harden_test("assert (", {"f"}, "_P") == "assert ("  # unparsable: unchanged, fails as written
+
+
+def test_hardened_job_uses_a_fresh_random_guard_name():
+    a = hardened_job(["def f(): return 1"], "solution", ("assert f() == 1",))
+    b = hardened_job(["def f(): return 1"], "solution", ("assert f() == 1",))
+    assert a.files.keys() == {"solution.py"} and a.module == "solution"
+    assert a.tests != b.tests  # the guard's name is not guessable from earlier episodes
+    assert a.files["solution.py"].index("def f()") > a.files["solution.py"].index("_snap_b")

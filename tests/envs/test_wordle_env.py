@@ -1,0 +1,68 @@
+import random
+
+import pytest
+
+from agentrl.envs import ToolCall, check_env, make_env
+from agentrl.envs.experts import play, wordle_turns
+from agentrl.envs.wordle import feedback, shaped_score
+from agentrl.tasks.words import load_words, wordle_task
+
+C, P, A = "correct", "present", "absent"
+
+
+@pytest.mark.parametrize("guess,secret,want", [
+    ("crane", "crane", (C, C, C, C, C)),
+    ("speed", "abide", (A, A, P, A, P)),   # abide has one e: the first e is present, the second absent
+    ("eerie", "there", (P, A, P, A, C)),   # two e's in secret: one green (last), one left for the first e
+    ("lolly", "hello", (A, P, C, C, A)),   # both l's of hello are green, so the first l is absent
+    ("abbey", "babes", (P, P, C, C, A)),
+])
+def test_feedback_handles_repeated_letters_like_the_game(guess, secret, want):
+    assert feedback(guess, secret) == want
+
+
+def test_shaped_score_formula():
+    assert shaped_score((C, P, A, A, A)) == pytest.approx((1 + 0.5) / 5)
+
+
+def g(word):
+    return ToolCall("guess", {"word": word})
+
+
+def test_solved_game_and_stats():
+    env = make_env("wordle")
+    env.reset(wordle_task("crane"), seed=0)
+    (r,) = env.step([g("slate")])
+    assert r.status == "ok" and "a correct" in r.content and "s absent" in r.content
+    (r,) = env.step([g("CRANE")])
+    assert env.done and env.end_reason == "solved" and env.terminated and env.reward() == 1.0
+    assert env.stats()["guesses"] == 2 and env.stats()["turns"] == 2
+
+
+def test_invalid_guesses_fail_without_using_a_guess():
+    env = make_env("wordle", words=["crane", "slate"])
+    env.reset(wordle_task("crane"))
+    res = env.step([g("toolong"), g("zzzzz"), g("sl4te"), ToolCall("guess", {}), g("slate")])
+    assert [r.status for r in res] == ["failed", "failed", "failed", "malformed", "ok"]
+    s = env.stats()
+    assert s["invalid_guesses"] == 3 and s["guesses"] == 1 and s["malformed_calls"] == 1 and s["failed_calls"] == 3
+
+
+def test_out_of_guesses_and_shaped_reward():
+    plain, shaped = make_env("wordle"), make_env("wordle", shaped=True)
+    for env in (plain, shaped):
+        env.reset(wordle_task("crane"))
+        env.step([g("crank"), g("crank"), g("slate"), g("slate"), g("slate"), g("slate")])
+        assert env.end_reason == "out_of_guesses" and env.stats()["repeated_guesses"] == 4
+    assert plain.reward() == 0.0
+    assert shaped.reward() == pytest.approx(0.5 * 4 / 5)  # crank: four greens
+
+
+def test_expert_solves_with_real_word_list_and_check_env_passes():
+    words = load_words()
+    assert all(len(w) == 5 and w.islower() and w.isascii() for w in words) and "crane" in words
+    env = make_env("wordle", words=words)
+    solved = [play(env, wordle_task("crane"), wordle_turns(wordle_task("crane"), random.Random(s), words=words))
+              for s in range(10)]
+    assert sum(solved) >= 7  # a consistent-guess strategy on ~4.7k words usually solves within six guesses
+    assert check_env(env, wordle_task("crane"))["reward"] == 1.0

@@ -1,0 +1,46 @@
+"""`agentrl sft` command line: trains from a JSONL file, writes model + summary; bad input is a clear error."""
+
+from __future__ import annotations
+
+import json
+
+from agentrl.cli import main
+from agentrl.rollout.models import PRESETS, SMALL_QWEN3_OVERRIDES, tiny_qwen3_config
+
+
+def _chat_jsonl(path, n=2):
+    lines = []
+    for i in range(n):
+        lines.append(json.dumps({"messages": [
+            {"role": "user", "content": f"Say the number {i}."}, {"role": "assistant", "content": f"The number is {i}."}]}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_sft_cli_from_jsonl_writes_model_and_summary(tmp_path):
+    data = tmp_path / "chat.jsonl"
+    _chat_jsonl(data)
+    out = tmp_path / "run"
+    rc = main(["sft", "--model", "tiny-qwen3", "--from-jsonl", str(data), "--epochs", "3", "--batch", "2",
+               "--micro", "1", "--lr", "3e-3", "--warmup-steps", "0", "--out", str(out),
+               "--save-jsonl", str(tmp_path / "tokens.jsonl"), "--device", "cpu"])
+    assert rc == 0
+    summary = json.loads((out / "sft_summary.json").read_text())
+    assert len(summary["losses"]) == 3 and summary["nll_after"] < summary["nll_before"]
+    assert summary["data"]["trajectories"] == 2 and summary["policy_tokens"] > 0
+    assert (out / "model.safetensors").exists() and (out / "sft.log").exists()
+    assert len((tmp_path / "tokens.jsonl").read_text().splitlines()) == 2
+
+
+def test_sft_cli_bad_jsonl_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt_ids": [1], "completion_ids": [2, 3], "policy_mask": [1]}\n')
+    rc = main(["sft", "--from-jsonl", str(bad), "--out", str(tmp_path / "o"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}:1" in err and "policy_mask" in err
+
+
+def test_small_qwen3_preset_config():
+    assert "small-qwen3" in PRESETS
+    cfg = tiny_qwen3_config(**SMALL_QWEN3_OVERRIDES)
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.head_dim) == (4, 384, 64)
+    assert cfg.vocab_size == 151936 and cfg.tie_word_embeddings

@@ -1,0 +1,49 @@
+import json
+
+import pytest
+
+from agentrl.tasks.humaneval import load_humaneval, split_check
+from agentrl.tasks.mbpp import load_mbpp, mbpp_split
+from agentrl.tasks.words import load_words, word_split
+
+
+def test_mbpp_splits_by_task_id():
+    train, test = load_mbpp(split="train"), load_mbpp(split="test")
+    assert (len(train), len(test)) == (170, 257)
+    assert {t.meta["mbpp_split"] for t in train} == {"train", "validation", "prompt"}
+    assert all(11 <= t.meta["task_id"] <= 510 for t in test)
+    t = train[0]
+    assert t.public_tests == t.hidden_tests[:1] and t.meta["shown_test_indices"] == (0,)
+    assert t.entry in t.public_tests[0] and f"def {t.entry}" in t.reference
+    assert [mbpp_split(i) for i in (1, 11, 511, 601)] == ["prompt", "test", "validation", "train"]
+
+
+def test_mbpp_bad_input_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json"):
+        load_mbpp(bad)
+    bad.write_text(json.dumps([{"task_id": 12}]))
+    with pytest.raises(ValueError, match="lacks fields"):
+        load_mbpp(bad)
+    with pytest.raises(FileNotFoundError):
+        load_mbpp(tmp_path / "missing.json")
+
+
+def test_humaneval_tests_are_the_asserts_of_check():
+    tasks = load_humaneval()
+    assert len(tasks) == 164
+    t = tasks[0]
+    assert t.entry == "has_close_elements" and all("has_close_elements(" in x for x in t.hidden_tests)
+    assert "candidate" not in "".join(t.hidden_tests) and t.meta["shown_test_indices"] == (0,)
+    setup, tests = split_check("import math\ndef check(c):\n    x = 2\n    assert c(x) == 4\n    assert True\n", "sq")
+    assert setup == "import math\nx = 2" and tests == ("assert sq(x) == 4",)
+
+
+def test_words(tmp_path):
+    f = tmp_path / "w.txt"
+    f.write_text("Crane\ncrane\nslate\nsl\u00e9te\nabcdef\nfoo's\nslate\n")
+    assert load_words(f) == ["crane", "slate"]
+    assert word_split("crane") in ("train", "heldout")
+    with pytest.raises(FileNotFoundError, match="wamerican"):
+        load_words(tmp_path / "none")
