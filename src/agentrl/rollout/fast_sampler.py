@@ -125,29 +125,33 @@ class FastSampler:
         model: HF Qwen3 / Qwen2 / Llama causal LM on its device (any float dtype), in eval mode.
         stop_ids: end-of-turn id(s); a row stops after the first one sampled (kept in `ids`). May be empty.
         pad_id: id fed for left padding (never attended to).
-        cfg: temperature / top_k / top_p / max_new_tokens as in SamplingConfig; `gen_batch` is NOT used here.
+        cfg: temperature / top_k / top_p / max_new_tokens as in SamplingConfig (default SamplingConfig());
+            `gen_batch` is not used here (see max_batch).
         max_batch: rows decoded together (more contexts are run in successive chunks).
         use_cuda_graphs: capture the decode step per batch bucket (default: on when the model is on CUDA).
         prefill_tokens: padded tokens per prefill forward (bounds prefill activation memory).
         check_every: decode steps between host checks for all-done and for compaction.
         length_multiple: the cache length is rounded up to this so graphs are reused across calls.
+        min_graph_steps: a new graph is captured only when at least this many steps remain (short turns
+            run eagerly rather than pay a capture).
 
     Raises:
         ValueError: unsupported architecture (see module doc), or bad arguments.
     """
 
-    def __init__(self, model: Any, *, stop_ids: tuple[int, ...], pad_id: int, cfg: SamplingConfig = SamplingConfig(),
+    def __init__(self, model: Any, *, stop_ids: tuple[int, ...], pad_id: int, cfg: SamplingConfig | None = None,
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
-                 check_every: int = 16, length_multiple: int = 128):
+                 check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24):
         if max_batch < 1 or prefill_tokens < 1 or check_every < 1 or length_multiple < 1:
             raise ValueError("FastSampler: max_batch, prefill_tokens, check_every, length_multiple must be >= 1")
+        cfg = cfg or SamplingConfig()
         self.model, self.cfg, self.pad_id = model, cfg, int(pad_id)
         self.arch = _arch_of(model)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.stop = torch.tensor(sorted(set(int(s) for s in stop_ids)), dtype=torch.long, device=self.device)
         self.max_batch, self.prefill_tokens, self.check_every = max_batch, prefill_tokens, check_every
-        self.length_multiple = length_multiple
+        self.length_multiple, self.min_graph_steps = length_multiple, min_graph_steps
         self.graphs_on = (self.device.type == "cuda") if use_cuda_graphs is None else bool(use_cuda_graphs)
         if self.graphs_on and self.device.type != "cuda":
             raise ValueError("FastSampler: CUDA graphs need a CUDA model")
@@ -335,7 +339,7 @@ class FastSampler:
                 b, slots = self._maybe_compact(b, slots, buckets, results)
                 if not slots:
                     break
-            if self.graphs_on:
+            if self.graphs_on and ((b, length) in self.graphs or steps - t >= self.min_graph_steps):
                 self._graph(b, length).replay()
             else:
                 self._decode_step(b, length)
@@ -382,7 +386,7 @@ class FastSampler:
         return Sample(tuple(row[:k]), tuple(logps[:k]), hit_token_limit=end is None)
 
 
-def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig = SamplingConfig(), *,
+def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig | None = None, *,
                      enable_thinking: bool = False, **kwargs: Any) -> FastSampler:
     """A FastSampler with the driver's stop id (the template's end-of-turn token) and pad id.
 
