@@ -67,10 +67,11 @@ def bound_tokens_per_s(model, contexts, steps: int, bw_bytes_per_s: float) -> fl
 
 
 def check_logprobs(model, device: str, pad_id: int) -> str:
-    """Ours vs a plain forward on 8 rows x 24 tokens: mean/max |dlogp| and argmax agreement (diagnostic)."""
+    """Diagnostic on 8 rows x 24 tokens with CUDA graphs from the first step: ours vs a plain forward
+    (mean/max |d logp|), and greedy (top_k=1) tokens with graphs vs without (must be identical)."""
     ctxs = make_contexts(8, 48, model.config.vocab_size, seed=7)
-    fs = FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=24), check_every=5)
-    samples = fs(ctxs)
+    kw = dict(stop_ids=(), pad_id=pad_id, check_every=5, min_graph_steps=1)
+    samples = FastSampler(model, cfg=SamplingConfig(max_new_tokens=24), **kw)(ctxs)
     diffs = []
     for c, s in zip(ctxs, samples, strict=True):
         with torch.no_grad():
@@ -78,7 +79,12 @@ def check_logprobs(model, device: str, pad_id: int) -> str:
         lp = torch.log_softmax(logits, -1).gather(1, torch.tensor(s.ids, device=device)[:, None])[:, 0]
         diffs.append((lp.cpu() - torch.tensor(s.logprobs)).abs())
     d = torch.cat(diffs)
-    return f"check: ours vs plain forward log-probs over {d.numel()} tokens: mean |d| {d.mean():.2e}, max {d.max():.2e}"
+    greedy = SamplingConfig(max_new_tokens=24, top_k=1)
+    graphs = FastSampler(model, cfg=greedy, **kw)(ctxs, list(range(3, 27, 3)))
+    eager = FastSampler(model, cfg=greedy, use_cuda_graphs=False, **kw)(ctxs, list(range(3, 27, 3)))
+    same = [g.ids for g in graphs] == [e.ids for e in eager]
+    return (f"check: ours vs plain forward log-probs over {d.numel()} tokens: mean |d| {d.mean():.2e}, "
+            f"max {d.max():.2e}; greedy tokens with graphs == without: {same}")
 
 
 def run_ours(model, contexts, steps, pad_id, repeats: int, device: str) -> tuple[float, float]:
