@@ -131,7 +131,8 @@ class FastSampler:
         use_cuda_graphs: capture the decode step per batch bucket (default: on when the model is on CUDA).
         prefill_tokens: padded tokens per prefill forward (bounds prefill activation memory).
         check_every: decode steps between host checks for all-done and for compaction.
-        length_multiple: the cache length is rounded up to this so graphs are reused across calls.
+        length_multiple: attention spans the written cache columns rounded up to this (one graph per
+            (bucket, span), reused across steps and calls).
         min_graph_steps: a new graph is captured only when at least this many steps remain (short turns
             run eagerly rather than pay a capture).
 
@@ -291,11 +292,11 @@ class FastSampler:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            for _ in range(2):
+            for _ in range(2):  # each warm-up step is undone, so it writes the same in-span column
                 self._decode_step(b, length)
+                for t, s in zip(st.small(), snap, strict=True):
+                    t.copy_(s)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        for t, s in zip(st.small(), snap, strict=True):
-            t.copy_(s)
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
@@ -339,10 +340,12 @@ class FastSampler:
                 b, slots = self._maybe_compact(b, slots, buckets, results)
                 if not slots:
                     break
-            if self.graphs_on and ((b, length) in self.graphs or steps - t >= self.min_graph_steps):
-                self._graph(b, length).replay()
+            # attend over the written columns only, rounded up (step t writes column width + t - 1)
+            cur = min(length, -(-(width + t) // mult) * mult)
+            if self.graphs_on and ((b, cur) in self.graphs or steps - t >= self.min_graph_steps):
+                self._graph(b, cur).replay()
             else:
-                self._decode_step(b, length)
+                self._decode_step(b, cur)
         self._harvest(range(len(slots)), slots, results)
         return [self._to_sample(*results[i], budgets[i]) for i in range(n)]
 
