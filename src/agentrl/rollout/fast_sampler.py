@@ -7,8 +7,9 @@ per context with ids, the sampling distribution's log-probs (temperature / top-k
 HF warpers the reference sampler uses) and hit_token_limit. Differences that do not change the distribution:
 tokens are drawn by the exponential race (argmax p / E, E ~ Exp(1), as vLLM does) instead of
 torch.multinomial, so a seed gives other tokens than the reference sampler; only one [B, V] step of logits
-is ever alive. Finished rows are masked, and the live rows are compacted into a smaller graph bucket every
-`check_every` steps once they fit one.
+is ever alive. Attention spans the written cache columns rounded up to `length_multiple` (one graph per
+batch bucket and span). Finished rows are masked, and the live rows are compacted into a smaller graph
+bucket every `check_every` steps once they fit one.
 """
 
 from __future__ import annotations
