@@ -109,7 +109,7 @@ def test_grpo_run_trains_and_writes_valid_results(tmp_path):
     assert data["sandbox"]["backend"] in ("bwrap", "rlimit")
     # parameters moved: the last checkpoint differs from the freshly built initial model
     init, _ = load_policy("tiny-qwen3", seed=cfg.seed)
-    final, _ = load_policy(str(tmp_path / "run" / "checkpoints" / "step_000002"))
+    final, _ = load_policy(str(tmp_path / "run" / "checkpoints" / "step_000002" / "model"))
     moved = sum(not torch.equal(p, q) for p, q in zip(init.parameters(), final.parameters(), strict=True))
     assert moved > 0
     assert (tmp_path / "run" / "train.log").read_text().count("step 1") >= 1

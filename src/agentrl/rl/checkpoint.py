@@ -69,7 +69,7 @@ def _save_model(model: nn.Module, path: Path) -> None:
 
 
 def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    *, extra: dict[str, Any] | None = None) -> Path:
+                    *, extra: dict[str, Any] | None = None, tokenizer: Any = None) -> Path:
     """Write checkpoint `step` under `root` atomically and return its directory.
 
     Args:
@@ -78,6 +78,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
         model: HF model (save_pretrained) or any nn.Module (state_dict.pt).
         optimizer: its state_dict goes to optimizer.pt.
         extra: JSON-serialisable state of the loop (e.g. task-sampler position), stored in meta.json.
+        tokenizer: saved beside the weights (save_pretrained) so `<dir>/model` loads as a model path
+            (`agentrl eval --model runs/x/checkpoints/step_000010/model`).
 
     Raises:
         ValueError: negative step; TypeError: `extra` not JSON-serialisable.
@@ -91,6 +93,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
     tmp.mkdir()
     try:
         _save_model(model, tmp / "model")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         py, tensors = rng_state()
         (tmp / "rng.json").write_text(json.dumps(py))

@@ -105,7 +105,8 @@ class RunSession:
         every = self.cfg.checkpoint_every
         if not every or (step % every and step != self.cfg.steps):
             return None
-        path = save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, extra={"step": step})
+        path = save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, extra={"step": step},
+                               tokenizer=self.tokenizer)
         if self.cfg.keep_checkpoints:
             prune_checkpoints(self.out / "checkpoints", self.cfg.keep_checkpoints)
         return path
