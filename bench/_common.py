@@ -1,0 +1,150 @@
+"""Shared helpers of the GPU benchmarks: Qwen3 config lookup, random-weight model, table printing, timing.
+
+Not a benchmark itself and not part of the library (bench/ is run with PYTHONPATH=src).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CONFIG_CANDIDATES = (HERE.parent / "shared/assets/qwen3-0.6b-config", HERE.parent.parent / "shared/assets/qwen3-0.6b-config",
+                     Path("../shared/assets/qwen3-0.6b-config"), Path("/work/shared/assets/qwen3-0.6b-config"))
+# CPU smoke-test sizes (the --tiny flag): same code path, a model that runs in seconds on two cores.
+TINY = {"num_hidden_layers": 2, "max_window_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+
+
+def find_config(path: str | None) -> Path:
+    """The Qwen3-0.6B config.json: `path` (a file or a folder holding config.json), else the first of
+    CONFIG_CANDIDATES, else the asset "qwen3-0.6b-config" (agentrl.paths).
+
+    Raises: FileNotFoundError naming every place looked at.
+    """
+    tried = []
+    for cand in ([Path(path)] if path else []) + list(CONFIG_CANDIDATES):
+        f = cand / "config.json" if cand.is_dir() else cand
+        tried.append(str(f))
+        if f.is_file():
+            return f
+        if path:  # an explicit path that does not exist is an error, not a fallback
+            break
+    if not path:
+        try:
+            from agentrl.paths import resolve_asset
+
+            return resolve_asset("qwen3-0.6b-config") / "config.json"
+        except (FileNotFoundError, ImportError) as e:
+            tried.append(f"asset qwen3-0.6b-config ({e})")
+    raise FileNotFoundError(f"no Qwen3 config.json found; looked at: {', '.join(tried)} (pass --config PATH)")
+
+
+def make_model(config_path: str | None, dtype: str, device: str, tiny: bool = False, seed: int = 0) -> Any:
+    """Random-weight Qwen3ForCausalLM from the config (TINY overrides when `tiny`), in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    raw = json.loads(find_config(config_path).read_text())
+    raw.pop("torch_dtype", None)
+    raw.pop("dtype", None)
+    if tiny:
+        raw.update(TINY)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(Qwen3Config(**raw), dtype=getattr(torch, dtype))
+    return model.eval()
+
+
+def param_bytes(model: Any) -> int:
+    """Bytes of all (deduplicated, e.g. tied) parameters."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str) -> tuple[Any, float]:
+    """(fn(), wall seconds) with device synchronisation before and after."""
+    sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - t0
+
+
+def free(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if str(device).startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib(device: str) -> float:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if str(device).startswith("cuda") else float("nan")
+
+
+def is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+class Table:
+    """Prints a header once and each row as it comes (flushed), and writes all rows to $OUT/<name>.{txt,json}."""
+
+    def __init__(self, name: str, columns: list[tuple[str, str]], meta: dict[str, Any]):
+        self.name, self.columns, self.meta, self.rows = name, columns, meta, []
+        self.lines = [f"# {name}: " + ", ".join(f"{k}={v}" for k, v in meta.items())]
+        self.lines.append("  ".join(f"{c:>{max(len(c), 9)}}" for c, _ in columns))
+        for line in self.lines:
+            print(line, flush=True)
+
+    def add(self, **row: Any) -> None:
+        self.rows.append(row)
+        cells = []
+        for c, fmt in self.columns:
+            v = row.get(c, "")
+            width = max(len(c), 9)
+            cells.append(f"{v:>{width}{fmt}}" if isinstance(v, (int, float)) and fmt else f"{str(v):>{width}}")
+        line = "  ".join(cells)
+        self.lines.append(line)
+        print(line, flush=True)
+        self.save()
+
+    def note(self, text: str) -> None:
+        self.lines.append(text)
+        print(text, flush=True)
+        self.save()
+
+    def save(self) -> None:
+        out = os.environ.get("OUT")
+        if not out:
+            return
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{self.name}.txt").write_text("\n".join(self.lines) + "\n")
+        (Path(out) / f"{self.name}.json").write_text(json.dumps({"meta": self.meta, "rows": self.rows}, indent=1))
+
+
+def device_meta(device: str) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    meta = {"torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0]}
+    if str(device).startswith("cuda"):
+        meta["gpu"] = torch.cuda.get_device_name()
+    return meta

@@ -1,0 +1,182 @@
+"""Benchmark: rollout decoding tokens/s, FastSampler vs plain batched HF `generate`, and the bandwidth bound.
+
+Not a test. Qwen3-0.6B architecture (config.json only, random weights, bf16 by default), batches of
+--batches episodes with ~--ctx-token left-padded contexts (lengths uniform in [7/8 ctx, ctx]), --steps
+sampled tokens per row (no stop token, so every row decodes all steps). Both samplers run in this process,
+one after the other, per batch size; tokens/s = batch * steps / wall seconds including prefill; the decode-only
+column subtracts a 1-token (prefill) run of the same sampler. Bandwidth bound per decode step: all weight
+bytes + the KV-cache bytes of every row's context so far, at --bw-tbs TB/s (4.3 = the copy bandwidth
+measured on the H200). A configuration that runs out of memory prints OOM and the next one runs.
+
+    PYTHONPATH=src python bench/bench_rollout.py --device cuda [--config PATH] [--batches 64 128 256]
+    PYTHONPATH=src python bench/bench_rollout.py --device cpu --tiny --batches 4 --ctx 64 --steps 8   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import traceback
+
+import torch
+from _common import Table, device_meta, free, is_oom, make_model, param_bytes, peak_gib, timed
+from transformers import GenerationConfig
+
+from agentrl.rollout.fast_sampler import FastSampler
+from agentrl.rollout.sampler import SamplingConfig
+
+
+def make_contexts(batch: int, ctx: int, vocab: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1000, vocab - 1000) for _ in range(rng.randint(ctx - ctx // 8, ctx))] for _ in range(batch)]
+
+
+def hf_generate(model, contexts: list[list[int]], steps: int, pad_id: int) -> torch.Tensor:
+    """Plain batched HF generate: left-padded, do_sample at temperature 1, top-k/top-p off, exactly `steps` tokens."""
+    dev = next(model.parameters()).device
+    width = max(map(len, contexts))
+    ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, c in enumerate(contexts):
+        ids[i, width - len(c):] = torch.tensor(c)
+        mask[i, width - len(c):] = 1
+    cfg = GenerationConfig(do_sample=True, max_new_tokens=steps, min_new_tokens=steps, temperature=1.0, top_k=0,
+                           top_p=1.0, eos_token_id=None, pad_token_id=pad_id, use_cache=True)
+    saved, model.generation_config = model.generation_config, GenerationConfig()
+    try:
+        with torch.no_grad():
+            return model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), generation_config=cfg)
+    finally:
+        model.generation_config = saved
+
+
+def kv_bytes_per_token(model) -> int:
+    c = model.config
+    elem = next(model.parameters()).element_size()
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * getattr(c, "head_dim", c.hidden_size // c.num_attention_heads) * elem
+
+
+def bound_tokens_per_s(model, contexts, steps: int, bw_bytes_per_s: float) -> float:
+    """Decode tokens/s if every step only read the weights and the live KV cache once at `bw` bytes/s."""
+    kv = kv_bytes_per_token(model)
+    ctx_total = sum(map(len, contexts))
+    seconds = sum(param_bytes(model) + kv * (ctx_total + len(contexts) * t) for t in range(steps)) / bw_bytes_per_s
+    return len(contexts) * steps / seconds
+
+
+def check_logprobs(model, device: str, pad_id: int) -> str:
+    """Diagnostic on 8 rows x 24 tokens with CUDA graphs from the first step: ours vs a plain forward
+    (mean/max |d logp|), and greedy (top_k=1) tokens with graphs vs without (must be identical)."""
+    ctxs = make_contexts(8, 48, model.config.vocab_size, seed=7)
+    kw = dict(stop_ids=(), pad_id=pad_id, check_every=5, min_graph_steps=1)
+    samples = FastSampler(model, cfg=SamplingConfig(max_new_tokens=24), **kw)(ctxs)
+    diffs = []
+    for c, s in zip(ctxs, samples, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([c + list(s.ids)], device=device)).logits.float()[0, len(c) - 1: -1]
+        lp = torch.log_softmax(logits, -1).gather(1, torch.tensor(s.ids, device=device)[:, None])[:, 0]
+        diffs.append((lp.cpu() - torch.tensor(s.logprobs)).abs())
+    d = torch.cat(diffs)
+    greedy = SamplingConfig(max_new_tokens=24, top_k=1)
+    graphs = FastSampler(model, cfg=greedy, **kw)(ctxs, list(range(3, 27, 3)))
+    eager = FastSampler(model, cfg=greedy, use_cuda_graphs=False, **kw)(ctxs, list(range(3, 27, 3)))
+    same = [g.ids for g in graphs] == [e.ids for e in eager]
+    return (f"check: ours vs plain forward log-probs over {d.numel()} tokens: mean |d| {d.mean():.2e}, "
+            f"max {d.max():.2e}; greedy tokens with graphs == without: {same}")
+
+
+def run_ours(model, contexts, steps, pad_id, repeats: int, device: str) -> tuple[float, float]:
+    """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run)."""
+    fs = FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps),
+                     max_batch=len(contexts))
+    budgets = [steps] * len(contexts)
+    fs(contexts, budgets)  # warm-up: allocates the cache, captures the graphs
+    times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
+    _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), device)
+    return statistics.median(times), prefill_s
+
+
+def run_hf(model, contexts, steps, pad_id, device: str) -> tuple[float, float]:
+    hf_generate(model, contexts[:8], 4, pad_id)  # warm-up (kernels, allocator)
+    out, total = timed(lambda: hf_generate(model, contexts, steps, pad_id), device)
+    assert out.shape[1] == max(map(len, contexts)) + steps, out.shape
+    del out
+    _, prefill_s = timed(lambda: hf_generate(model, contexts, 1, pad_id), device)
+    return total, prefill_s
+
+
+COLUMNS = [("batch", "d"), ("ctx", "d"), ("steps", "d"), ("hf_tok_s", ".0f"), ("ours_tok_s", ".0f"),
+           ("ratio", ".2f"), ("hf_dec_tok_s", ".0f"), ("ours_dec_tok_s", ".0f"), ("dec_ratio", ".2f"),
+           ("bound_tok_s", ".0f"), ("frac_bound", ".3f"), ("ours_peak_gib", ".1f"), ("hf_peak_gib", ".1f")]
+
+
+def one_batch(model, args, batch: int, table: Table) -> None:
+    pad_id = 0
+    ctxs = make_contexts(batch, args.ctx, model.config.vocab_size, seed=batch)
+    n_tok = batch * args.steps
+    row = {"batch": batch, "ctx": args.ctx, "steps": args.steps}
+    free(args.device)
+    try:
+        ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device)
+        row.update(ours_tok_s=n_tok / ours_s, ours_dec_tok_s=batch * (args.steps - 1) / max(ours_s - ours_pre, 1e-9),
+                   ours_peak_gib=peak_gib(args.device))
+    except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
+        row["ours_tok_s"] = "OOM" if is_oom(e) else "ERR"
+        traceback.print_exc()
+    free(args.device)
+    if not args.skip_hf:
+        try:
+            hf_s, hf_pre = run_hf(model, ctxs, args.steps, pad_id, args.device)
+            row.update(hf_tok_s=n_tok / hf_s, hf_dec_tok_s=batch * (args.steps - 1) / max(hf_s - hf_pre, 1e-9),
+                       hf_peak_gib=peak_gib(args.device))
+        except Exception as e:  # noqa: BLE001
+            row["hf_tok_s"] = "OOM" if is_oom(e) else "ERR"
+            traceback.print_exc()
+        free(args.device)
+    bound = bound_tokens_per_s(model, ctxs, args.steps - 1, args.bw_tbs * 1e12)
+    row["bound_tok_s"] = bound
+    if isinstance(row.get("ours_dec_tok_s"), float):
+        row["frac_bound"] = row["ours_dec_tok_s"] / bound
+    for a, b, k in (("ours_tok_s", "hf_tok_s", "ratio"), ("ours_dec_tok_s", "hf_dec_tok_s", "dec_ratio")):
+        if isinstance(row.get(a), float) and isinstance(row.get(b), float):
+            row[k] = row[a] / row[b]
+    table.add(**row)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
+    p.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--ctx", type=int, default=1024, help="max context tokens per episode")
+    p.add_argument("--steps", type=int, default=256, help="decode steps (sampled tokens per row)")
+    p.add_argument("--repeats", type=int, default=2, help="timed runs of ours (median)")
+    p.add_argument("--bw-tbs", dest="bw_tbs", type=float, default=4.3, help="memory bandwidth, TB/s")
+    p.add_argument("--skip-hf", dest="skip_hf", action="store_true")
+    p.add_argument("--no-check", dest="no_check", action="store_true")
+    args = p.parse_args()
+    if args.steps < 2:
+        p.error("--steps must be >= 2")
+    model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
+    meta = device_meta(args.device) | {"dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
+                                      "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs}
+    table = Table("bench_rollout", COLUMNS, meta)
+    if not args.no_check:
+        try:
+            table.note(check_logprobs(model, args.device, 0))
+        except Exception as e:  # noqa: BLE001
+            table.note(f"check failed: {type(e).__name__}: {e}")
+            traceback.print_exc()
+    for batch in args.batches:
+        one_batch(model, args, batch, table)
+    table.note("tok_s: batch*steps / wall s incl. prefill; dec_tok_s: decode only (minus a 1-token run); "
+               "frac_bound: ours_dec_tok_s / (weights + live KV bytes per step at bw)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Benchmark: one full GRPO training step split into generate / tool execution / update seconds.
+
+Not a test and not the trainer. Settings: edit-menu and coding-tools (agentrl.envs), 8 prompts x 8 samples,
+bug-fix tasks. The policy is a random-weight Qwen3-0.6B architecture, which never writes a valid tool call,
+so the turns' CONTENT is the environment's scripted expert (read, edit, test, submit; a random menu op, so
+rewards are mixed): each turn the real sampler (FastSampler, or HF generate with --sampler hf) decodes
+exactly as many tokens as the expert's turn has, for every live episode, and those tokens are then replaced
+by the expert's (sampler log-probs recorded as 0.0). Generation therefore costs what a policy emitting the
+expert's turns would, and the tools run real reads, edits, tests and hidden-test grading in the sandbox.
+generate_s = wall time inside the sampler; tools_s = the rest of the rollout (tool calls and grading in the
+driver's thread pool, parsing, template encoding); update_s = the update. Each row is one call of the
+trainer's own agentrl.rl.trainer.train_step on a RunSession whose model is the random one saved to a temp dir.
+
+    PYTHONPATH=src python bench/bench_step.py --device cuda [--config PATH]
+    PYTHONPATH=src python bench/bench_step.py --device cpu --tiny --prompts 2 --group 2   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from _common import Table, device_meta, free, is_oom, make_model
+
+from agentrl.rollout.models import _qwen3_tokenizer_source, load_tokenizer
+from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
+
+try:
+    from agentrl.envs import expert_turns, make_env
+except ImportError as e:  # envs not merged into this checkout yet
+    expert_turns = make_env = None
+    ENVS_ERROR = f"agentrl.envs is not available ({e}); merge the envs branch"
+else:
+    ENVS_ERROR = ""
+
+
+class ExpertReplaySampler:
+    """SampleFn: times the real sampler on the expert turn's token count, returns the expert turn's ids.
+
+    Each prompt has one expert script per episode of its group (registered up front; a random menu op each,
+    so a group's rewards differ). In a call, the j-th context with a given prompt plays that prompt's j-th
+    script (the driver keeps episodes in order, and every scripted episode runs the same number of turns);
+    the turn index is the count of "<|im_start|>assistant" in the context minus the prompt's one.
+    """
+
+    def __init__(self, real, tokenizer, eot_id: int):
+        self.real, self.tok, self.eot = real, tokenizer, eot_id
+        self.by_prompt: dict[tuple[int, ...], list[list[list[int]]]] = {}
+        self.marker = tokenizer.encode("<|im_start|>assistant", add_special_tokens=False)
+        self.generate_s = 0.0
+        self.tokens = 0
+
+    def register(self, prompt_ids: list[int], turns: list[list]) -> None:
+        """Add one episode's script: `turns` is a list of ToolCall lists (then a final answer)."""
+        texts = ["\n".join(c.raw for c in calls) for calls in turns]  # raw: the exact <tool_call> block
+        texts.append("I fixed the function and ran the tests.")  # after the last tool turn: a final answer
+        script = [self.tok.encode(t, add_special_tokens=False) + [self.eot] for t in texts]
+        self.by_prompt.setdefault(tuple(prompt_ids), []).append(script)
+
+    def _turn_ids(self, ctx: list[int], seen: dict) -> list[int]:
+        prompt = next((p for p in self.by_prompt if tuple(ctx[: len(p)]) == p), None)
+        if prompt is None:
+            raise ValueError("ExpertReplaySampler: context with an unregistered prompt")
+        j = seen[prompt] = seen.get(prompt, -1) + 1
+        scripts = self.by_prompt[prompt]
+        script = scripts[j % len(scripts)]
+        m = self.marker
+        k = sum(1 for i in range(len(ctx) - len(m) + 1) if ctx[i: i + len(m)] == m) - 1
+        return script[min(k, len(script) - 1)]
+
+    def __call__(self, contexts: list[list[int]], budgets: list[int]) -> list[Sample]:
+        seen: dict = {}
+        want = [self._turn_ids(c, seen)[:b] for c, b in zip(contexts, budgets, strict=True)]
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        self.real(contexts, [len(w) for w in want])
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.generate_s += time.perf_counter() - t0
+        self.tokens += sum(map(len, want))
+        return [Sample(tuple(w), (0.0,) * len(w), hit_token_limit=w[-1] != self.eot) for w in want]
+
+
+def make_real_sampler(kind: str, model, pad_id: int, cfg: SamplingConfig):
+    if kind == "fast":
+        from agentrl.rollout.fast_sampler import FastSampler
+
+        return FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=cfg, max_batch=256)
+    return lambda ctxs, budgets: sample_turns(model, ctxs, stop_ids=(), pad_id=pad_id, cfg=cfg, max_new_tokens=budgets)
+
+
+def save_random_model(args, workdir: Path) -> str:
+    """Random-weight model + real tokenizer saved to `workdir/model` (what RLConfig.model can load);
+    "tiny-qwen3" for --tiny."""
+    if args.tiny:
+        return "tiny-qwen3"
+    model = make_model(args.config, args.dtype, "cpu")
+    model.save_pretrained(workdir / "model")
+    load_tokenizer(_qwen3_tokenizer_source()).save_pretrained(workdir / "model")
+    del model
+    return str(workdir / "model")
+
+
+def register_step(sess, replay: ExpertReplaySampler, step: int) -> None:
+    """Register the expert turns of every episode train_step(sess, step) will run (same tasks, same seed)."""
+    from agentrl.chat.template import render_prompt
+    from agentrl.envs import make_env
+    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.trainer import _seed, step_tasks
+
+    cfg = sess.cfg
+    rng = random.Random(f"bench:{step}")
+    replay.by_prompt.clear()
+    for task in step_tasks(sess.tasks.train, cfg.prompts_per_step, cfg.group_size, cfg.seed, step)[:: cfg.group_size]:
+        obs = make_env(cfg.env, **env_kwargs(cfg, sess.sandbox)).reset(task, seed=_seed(cfg, "train", step))
+        prompt = render_prompt(sess.tokenizer, obs)
+        for _ in range(cfg.group_size):
+            replay.register(prompt, expert_turns(cfg.env, task, rng, random_op=True))
+
+
+def run_env(args, env_name: str, model_path: str, workdir: Path, table: Table) -> None:
+    from agentrl.rl.config import RLConfig
+    from agentrl.rl.session import RunSession
+    from agentrl.rl.trainer import train_step
+
+    cfg = RLConfig(model=model_path, env=env_name, dtype="bf16" if args.dtype == "bfloat16" else "fp32",
+                   device=args.device, prompts_per_step=args.prompts, group_size=args.group, micro=args.micro,
+                   gen_batch=args.gen_batch, steps=args.steps, out=str(workdir / env_name), seed=args.seed)
+    with RunSession.open(cfg) as sess:
+        eot = sess.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch)
+        replay = ExpertReplaySampler(make_real_sampler(args.sampler, sess.model, sess.pad_id, sampling),
+                                     sess.tokenizer, eot)
+        sess.sampler = replay
+        for step in range(args.steps):
+            register_step(sess, replay, step)
+            replay.generate_s, replay.tokens = 0.0, 0
+            m = train_step(sess, step)
+            table.add(env=env_name, step=step, episodes=int(m["rollout/episodes"]), gen_tokens=replay.tokens,
+                      generate_s=replay.generate_s, tools_s=m["time/rollout_s"] - replay.generate_s,
+                      update_s=m["time/update_s"], step_s=m["time/step_s"], mean_reward=m["reward_mean"],
+                      policy_tokens=int(m["policy_tokens"]), peak_gib=m["peak_memory_bytes"] / 2**30)
+        sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
+
+
+COLUMNS = [("env", ""), ("step", "d"), ("episodes", "d"), ("gen_tokens", "d"), ("generate_s", ".2f"),
+           ("tools_s", ".2f"), ("update_s", ".2f"), ("step_s", ".2f"), ("mean_reward", ".2f"), ("policy_tokens", "d"),
+           ("peak_gib", ".1f")]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--envs", nargs="+", default=["edit-menu", "coding-tools"])
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--micro", type=int, default=4)
+    p.add_argument("--gen-batch", dest="gen_batch", type=int, default=16, help="rows per generate call (--sampler hf)")
+    p.add_argument("--sampler", choices=["fast", "hf"], default="fast")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=2, help="train steps per setting (step 0 includes graph capture)")
+    args = p.parse_args()
+    meta = device_meta(args.device) | {"sampler": args.sampler, "prompts": args.prompts, "group": args.group,
+                                      "dtype": args.dtype}
+    table = Table("bench_step", COLUMNS, meta)
+    if ENVS_ERROR:
+        table.note(ENVS_ERROR)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
+        model_path = save_random_model(args, Path(tmp))
+        for env_name in args.envs:
+            try:
+                run_env(args, env_name, model_path, Path(tmp), table)
+            except Exception as e:  # noqa: BLE001 - one setting failing must not end the table
+                table.note(f"{env_name}: {'OOM' if is_oom(e) else 'ERR'} {type(e).__name__}: {e}")
+                traceback.print_exc()
+            free(args.device)
+    table.note("agentrl.rl.trainer.train_step per row. generate_s: inside the sampler; tools_s: rest of the rollout "
+               "(tools, grading, parsing, template encoding); update_s: the trainer's update time (minibatch_step)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

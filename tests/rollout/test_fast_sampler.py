@@ -1,0 +1,151 @@
+"""FastSampler on CPU (eager decode, no graphs) with tiny-qwen3 + the real tokenizer, against the reference
+sampler and a plain forward pass: log-probs, greedy-equivalent tokens, stops, budgets, left padding, compaction."""
+
+import pytest
+import torch
+from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from agentrl.rollout.driver import RolloutConfig, run_episodes
+from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for
+from agentrl.rollout.models import load_policy
+from agentrl.rollout.sampler import SamplingConfig, sample_turns
+
+EOT = 151645
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy("tiny-qwen3")
+
+
+def forward_logits(model, context, ids):
+    """[n, V] fp32 logits predicting `ids` after `context`: a plain, unpadded forward pass."""
+    with torch.no_grad():
+        return model(torch.tensor([list(context) + list(ids)])).logits.float()[0, len(context) - 1: -1]
+
+
+def contexts(tok, n=3):
+    texts = ["def f(x):\n    return x + 1\n", "hi", "Fix the bug in range_sum; tests are in test_range_sum.py.",
+             "a much longer context " * 6, "x = [i * i for i in range(10)]", "ok"]
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in (texts * 3)[:n]]
+
+
+def test_logprobs_match_plain_forward_with_chunks_and_compaction(policy):
+    model, tok = policy
+    ctx = contexts(tok, 11)
+    budgets = [1, 2, 3, 17, 4, 5, 20, 6, 2, 9, 13]
+    torch.manual_seed(0)
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, max_batch=10, check_every=2,
+                     length_multiple=16)
+    samples = fs(ctx, budgets)
+    assert [len(s.ids) for s in samples] == budgets and all(s.hit_token_limit for s in samples)
+    worst = 0.0
+    for c, s in zip(ctx, samples, strict=True):
+        lp = torch.log_softmax(forward_logits(model, c, s.ids), -1).gather(1, torch.tensor(s.ids)[:, None])[:, 0]
+        worst = max(worst, (lp - torch.tensor(s.logprobs)).abs().max().item())
+    assert worst < 1e-4, worst
+    assert len({s.ids for s in samples if len(s.ids) >= 5}) == sum(len(s.ids) >= 5 for s in samples)
+
+
+def test_top_k_1_equals_reference_sampler_and_argmax(policy):
+    """Greedy-equivalent: with top_k=1 both samplers are deterministic, so tokens must match exactly."""
+    model, tok = policy
+    ctx = contexts(tok, 5)
+    cfg = SamplingConfig(max_new_tokens=12, top_k=1)
+    budgets = [12, 3, 12, 7, 12]
+    ref = sample_turns(model, ctx, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=cfg, max_new_tokens=budgets)
+    fast = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=cfg, check_every=3)(ctx, budgets)
+    assert [s.ids for s in fast] == [s.ids for s in ref]
+    assert all(lp == 0.0 for s in fast for lp in s.logprobs)  # a one-token distribution
+    for c, s in zip(ctx, fast, strict=True):  # and the tokens are the plain forward's argmax
+        assert forward_logits(model, c, s.ids).argmax(-1).tolist() == list(s.ids)
+
+
+def test_left_padding_does_not_change_a_row(policy):
+    model, tok = policy
+    ctx = contexts(tok, 4)
+    cfg = SamplingConfig(max_new_tokens=10, top_k=1)
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=cfg)
+    together = fs(ctx)
+    alone = [fs([c])[0] for c in ctx]
+    assert [s.ids for s in together] == [s.ids for s in alone]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.7, 0, 0.9), (1.3, 50, 1.0), (1.0, 0, 0.5)])
+def test_warped_logprobs_are_the_sampling_distributions(policy, temperature, top_k, top_p):
+    model, tok = policy
+    ctx = contexts(tok, 3)
+    cfg = SamplingConfig(max_new_tokens=8, temperature=temperature, top_k=top_k, top_p=top_p)
+    torch.manual_seed(3)
+    samples = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=cfg)(ctx)
+    for c, s in zip(ctx, samples, strict=True):
+        scores = forward_logits(model, c, s.ids)
+        for w in (TemperatureLogitsWarper(temperature), TopKLogitsWarper(top_k) if top_k else None,
+                  TopPLogitsWarper(top_p) if top_p < 1 else None):
+            scores = w(None, scores) if w is not None else scores
+        want = torch.log_softmax(scores, -1).gather(1, torch.tensor(s.ids)[:, None])[:, 0]
+        assert torch.isfinite(want).all()  # every sampled token lies inside the kept set
+        assert (want - torch.tensor(s.logprobs)).abs().max().item() < 1e-4
+
+
+def test_stops_at_end_of_turn_and_keeps_it(policy):
+    model, tok = policy
+    ctx = contexts(tok, 3)
+    with torch.no_grad():
+        bias = torch.zeros(model.config.vocab_size)
+        bias[EOT] = 1e4
+        model.lm_head.bias = torch.nn.Parameter(bias)
+    try:
+        samples = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id)(ctx, [8, 1, 5])
+    finally:
+        model.lm_head.bias = None
+    assert [s.ids for s in samples] == [(EOT,)] * 3 and not any(s.hit_token_limit for s in samples)
+    assert all(abs(s.logprobs[0]) < 1e-4 for s in samples)
+
+
+def test_stop_mid_turn_truncates_after_stop(policy):
+    """Make EOT certain only after a specific token: rows stop right after it, others run to budget."""
+    model, tok = policy
+    ctx = contexts(tok, 4)
+    cfg = SamplingConfig(max_new_tokens=10, top_k=1)
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=cfg)
+    free = fs(ctx)
+    stop_tok = free[0].ids[2]  # pretend this greedy token is an end-of-turn id
+    got = FastSampler(model, stop_ids=(stop_tok,), pad_id=tok.pad_token_id, cfg=cfg)(ctx)
+    for f, g in zip(free, got, strict=True):
+        cut = f.ids.index(stop_tok) + 1 if stop_tok in f.ids else len(f.ids)
+        assert g.ids == f.ids[:cut] and g.hit_token_limit == (stop_tok not in f.ids)
+
+
+def test_bad_input_and_unsupported_models(policy):
+    model, tok = policy
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id)
+    with pytest.raises(ValueError, match="budget"):
+        fs([[1, 2], []])
+    with pytest.raises(ValueError, match="budget"):
+        fs([[1, 2]], [0])
+    model.config.model_type = "gemma2"
+    try:
+        with pytest.raises(ValueError, match="not supported"):
+            FastSampler(model, stop_ids=(EOT,), pad_id=0)
+    finally:
+        model.config.model_type = "qwen3"
+    with pytest.raises(ValueError, match="CUDA"):
+        FastSampler(model, stop_ids=(EOT,), pad_id=0, use_cuda_graphs=True)
+
+
+def test_plugs_into_run_episodes(policy):
+    from test_driver import EchoEnv, check_invariants, task
+
+    model, tok = policy
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=12), max_turns=2)
+    trajs = run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(4)], cfg=cfg, seed=0,
+                         sampler=fast_sampler_for(model, tok, cfg.sampling, max_batch=3))
+    for tr in trajs:
+        check_invariants(tr)
+        ctx = list(tr.prompt_ids)
+        for turn in tr.turns:
+            lp = torch.log_softmax(forward_logits(model, ctx, turn.completion_ids), -1)
+            got = lp.gather(1, torch.tensor(turn.completion_ids)[:, None])[:, 0]
+            assert (got - torch.tensor(turn.sampler_logprobs)).abs().max() < 1e-4
+            ctx += list(turn.completion_ids + turn.observation_ids)
