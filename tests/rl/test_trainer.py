@@ -161,3 +161,22 @@ def test_eval_command_writes_an_evaluation(tmp_path):
     ev = [e for e in data["evaluations"] if e["label"] == "eval"]
     assert len(ev) == 1 and len(ev[0]["tasks"]) == 2 and all(t["trials"] == 1 for t in ev[0]["tasks"])
     assert data["steps"] == []
+
+
+@pytest.mark.slow
+def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypatch):
+    """The README's first command (`agentrl train`, embedded defaults) end to end; only --out differs."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train"]) == 0
+    data = validate_results(tmp_path / "runs" / "default" / "results.json")
+    cfg = RLConfig()
+    assert data["status"] == "completed" and data["config"] == cfg.to_dict()
+    assert len(data["steps"]) == cfg.steps
+    assert all(s["rollout/episodes"] == cfg.group_size * cfg.prompts_per_step for s in data["steps"])
+    before, after = (next(e for e in data["evaluations"] if e["label"] == lab) for lab in ("before", "after"))
+    assert len(before["tasks"]) == 10 and all(t["trials"] == cfg.eval_n for t in before["tasks"])
+    assert set(before["per_family"]) == {"minmax", "range", "compare", "zero", "init"}
+    assert data["paired"] and data["tool_schemas"] and data["sandbox"]["backend"]
+    assert {t["function"]["name"] for t in data["tool_schemas"]} == {"Read", "Edit", "Write", "Bash"}
+    assert sorted(p.name for p in (tmp_path / "runs" / "default").glob("*.png"))
+    assert (tmp_path / "runs" / "default" / "train.log").stat().st_size > 0

@@ -45,6 +45,8 @@ class RLConfig:
     max_new_tokens: int = _f(256, "Maximum sampled tokens per assistant turn.")
     max_context_tokens: int = _f(4096, "Prompt + completion token budget per episode (then it ends out_of_tokens).")
     gen_batch: int = _f(16, "Episodes per generate call (bounds KV-cache memory).")
+    sampler: Literal["hf", "fast"] = _f("hf", "Token sampler: hf (batched HF generate) | fast (static KV cache + CUDA "
+                                              "graphs, Qwen3/Qwen2/Llama; see agentrl.rollout.fast_sampler).")
     temperature: float = _f(1.0, "Sampling temperature; the trainer divides its logits by the same value.")
     top_k: int | None = _f(None, "Top-k sampling (None = off, the default: sampler distribution = trained policy).")
     top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off.")
@@ -67,9 +69,9 @@ class RLConfig:
     tokenizer: str = _f("", "Tokenizer path if it is not beside the model (empty = the model's own).")
     allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
-    steps: int = _f(4, "Training steps (each: sample B*G episodes, then update).")
+    steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
     seed: int = _f(0, "Seed for task sampling, generation, bootstrap and everything else.")
-    eval_n: int = _f(8, "Held-out episodes per task before and after training (and per eval-curve point).")
+    eval_n: int = _f(4, "Held-out episodes per task before and after training (and per eval-curve point).")
     eval_every: int = _f(0, "Evaluate the fixed held-out set every K steps (0 = only before and after).")
     n_boot: int = _f(10000, "Bootstrap resamples for task-level confidence intervals.")
     alpha: float = _f(0.05, "Interval level: a (1 - alpha) percentile bootstrap interval.")
@@ -102,6 +104,8 @@ class RLConfig:
                 raise ValueError(f"RLConfig.{name}: expected 0 < {name}" + (" < 1" if name == "clip_low" else "")
                                  + f", got {getattr(self, name)!r}")
         self._validate_floats()
+        if self.sampler not in ("hf", "fast"):
+            raise ValueError(f"RLConfig.sampler: expected 'hf' or 'fast', got {self.sampler!r}")
         if self.dtype not in ("fp32", "bf16"):
             raise ValueError(f"RLConfig.dtype: expected 'fp32' or 'bf16', got {self.dtype!r}")
         rows = self.prompts_per_step * self.group_size

@@ -80,18 +80,22 @@ class RunSession:
         return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
     # -- rollouts ---------------------------------------------------------------------------------
+    def sampling_config(self) -> Any:
+        """The sampler knobs of this run (agentrl.rollout.sampler.SamplingConfig)."""
+        from agentrl.rollout.sampler import SamplingConfig
+
+        cfg = self.cfg
+        return SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                              top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch)
+
     def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None) -> list[Trajectory]:
         """One episode per entry of `tasks` (a fresh env each), all advancing together."""
         from agentrl.envs import make_env
         from agentrl.rollout.driver import RolloutConfig, run_episodes
-        from agentrl.rollout.sampler import SamplingConfig
 
         cfg = self.cfg
-        rcfg = RolloutConfig(
-            sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                    top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch),
-            max_turns=cfg.max_turns, max_context_tokens=cfg.max_context_tokens,
-        )
+        rcfg = RolloutConfig(sampling=self.sampling_config(), max_turns=cfg.max_turns,
+                             max_context_tokens=cfg.max_context_tokens)
         pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
         self.model.eval()
         return run_episodes(self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=self.sampler,
@@ -134,6 +138,10 @@ class RunSession:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
         sess = cls._load(cfg, out, tasks, Sandbox())
+        if sampler is None and cfg.sampler == "fast":
+            from agentrl.rollout.fast_sampler import fast_sampler_for
+
+            sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch)
         sess.sampler = sampler
         try:
             yield sess
