@@ -196,7 +196,10 @@ class FastSampler:
     def _ensure(self, rows: int, length: int, steps: int) -> _State:
         st = self.state
         if st is None or st.rows < rows or st.length < length or st.steps < steps:
+            # A graph memory pool lives only as long as some graph captured into it: once the graphs are
+            # dropped, capturing into the old handle trips CUDACachingAllocator's use_count assert.
             self.graphs.clear()
+            self.pool = None
             self.state = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
