@@ -140,6 +140,13 @@ def test_resume_after_a_crash_continues_from_the_checkpoint(tmp_path, monkeypatc
     assert done["steps"][:2] == crashed["steps"]
     assert [e["label"] for e in done["evaluations"]] == ["before", "after"]
     assert (tmp_path / "run" / "checkpoints" / "step_000003").is_dir()
+    # resuming a finished run with more steps recomputes "after" and the paired difference, never duplicates
+    again = validate_results(_run(_cfg(tmp_path, steps=4, resume=True)))
+    assert [s["step"] for s in again["steps"]] == [0, 1, 2, 3]
+    assert [e["label"] for e in again["evaluations"]] == ["before", "after"] and len(again["paired"]) == 1
+    assert again["config"]["steps"] == 4 and again["evaluations"][1]["step"] == 4
+    with pytest.raises(ValueError, match="group_size"):
+        _run(_cfg(tmp_path, steps=5, resume=True, group_size=2))
 
 
 def test_bad_inputs_give_clear_errors(tmp_path, capsys):
@@ -180,3 +187,62 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
     assert {t["function"]["name"] for t in data["tool_schemas"]} == {"Read", "Edit", "Write", "Bash"}
     assert sorted(p.name for p in (tmp_path / "runs" / "default").glob("*.png"))
     assert (tmp_path / "runs" / "default" / "train.log").stat().st_size > 0
+
+
+def test_bad_run_setup_is_refused_before_an_earlier_run_is_touched(tmp_path, capsys):
+    """Typos in --env/--device/--tasks and a bad --out never archive or rewrite the previous run."""
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "results.json").write_text('{"keep": true}')
+    for flags, words in ((["--env", "nosuchenv"], "nosuchenv"), (["--device", "bogus"], "bogus"),
+                         (["--tasks", "nope"], "unknown task source"), (["--families", "nofamily"], "nofamily")):
+        assert main(["train", *flags, "--out", str(out)]) == 2
+        assert words in capsys.readouterr().err
+    assert (out / "results.json").read_text() == '{"keep": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # nothing archived, no lock left behind as a dir
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["train", "--out", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert main(["train", "--out", str(afile / "sub")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_a_second_job_on_the_same_out_is_refused(tmp_path):
+    from agentrl.rl.session import _exclusive
+
+    out = tmp_path / "busy"
+    with _exclusive(out):
+        with pytest.raises(ValueError, match="in use by a running job"):
+            with _exclusive(out):
+                pass
+    with _exclusive(out):  # released after the first job ends
+        pass
+
+
+def test_sigterm_marks_the_run_interrupted(tmp_path):
+    """A SIGTERM'd run (preemption, `timeout`) ends with status "interrupted" and keeps its steps."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "term"
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", "train", "--env", "edit-menu", "--eval-size", "2",
+                             "--eval-n", "1", "--steps", "50", "--prompts-per-step", "1", "--group-size", "2",
+                             "--max-new-tokens", "8", "--n-boot", "50", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        try:
+            if json.loads((out / "results.json").read_text())["steps"]:
+                break
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    data = validate_results(out / "results.json")
+    assert data["status"] == "interrupted" and "SIGTERM" in data["error"]
+    assert data["steps"] and data["steps"][0]["step"] == 0

@@ -167,16 +167,39 @@ class RunResults:
         if write:
             self.write()
 
+    # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains.
+    RESUMABLE_CHANGES = frozenset({"steps", "resume", "eval_every", "checkpoint_every", "keep_checkpoints", "out",
+                                   "device", "n_boot", "gen_batch", "sampler"})
+
     @classmethod
-    def resume(cls, path: str | os.PathLike, *, completed_steps: int) -> RunResults:
-        """Reopen an existing results file (e.g. after --resume), dropping steps >= completed_steps and
-        evaluations after it, so the file matches the checkpoint the run continues from."""
+    def resume(cls, path: str | os.PathLike, *, completed_steps: int,
+               config: dict[str, Any] | None = None) -> RunResults:
+        """Reopen an existing results file (e.g. after --resume) so it matches the checkpoint the run
+        continues from: steps >= completed_steps, evaluations after it, the final ("after") evaluation,
+        the paired differences and the noise analysis are dropped (the run recomputes them).
+
+        Args:
+            config: the resumed run's config; it replaces the stored one, and may differ from it only in
+                RESUMABLE_CHANGES (more steps, another device, ...).
+
+        Raises:
+            ValueError: the file is invalid, or `config` changes what the run trains (names the keys).
+        """
         data = validate_results(path)
+        if config is not None:
+            changed = sorted(k for k in set(config) | set(data["config"])
+                             if k not in cls.RESUMABLE_CHANGES and config.get(k) != data["config"].get(k))
+            if changed:
+                raise ValueError(f"--resume of {path}: the config differs from the stored run in {changed} "
+                                 "(only the schedule may change); use another --out for a new run")
+            data["config"] = to_json_ready(config)
         obj = cls.__new__(cls)
         obj.path = Path(path)
         data["steps"] = [s for s in data["steps"] if s["step"] < completed_steps]
-        data["evaluations"] = [e for e in data["evaluations"] if e["step"] <= completed_steps]
-        data["status"] = "running"
+        data["evaluations"] = [e for e in data["evaluations"]
+                               if e["step"] <= completed_steps and e["label"] != "after"]
+        data["transcripts"] = [t for t in data["transcripts"] if t["kind"] != "heldout_after"]
+        data.update(status="running", error=None, paired=[], noise={})
         obj.data = data
         return obj
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import logging
+import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +33,16 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def resolve_device(device: str) -> str:
-    """"auto" -> "cuda" if available else "cpu"; anything else is returned as given."""
+    """"auto" -> "cuda" if available else "cpu"; a CUDA device this torch cannot use is a ValueError."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as e:
+        raise ValueError(f"--device {device!r} is not a torch device; expected auto, cpu, cuda or cuda:N") from e
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} requested, but this torch ({torch.__version__}) sees no CUDA device; "
+                         "use --device cpu or auto")
     return device
 
 
@@ -47,9 +58,67 @@ def _archive_previous(out: Path) -> Path | None:
     """Move an earlier run's output aside (never overwrite results); returns where it went."""
     if not (out / "results.json").exists():
         return None
-    dest = out.with_name(f"{out.name}-prev-{time.strftime('%Y%m%d-%H%M%S')}")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, k = out.with_name(f"{out.name}-prev-{stamp}"), 1
+    while dest.exists():  # two archives in one second must not nest
+        dest, k = out.with_name(f"{out.name}-prev-{stamp}-{k}"), k + 1
     shutil.move(str(out), str(dest))
     return dest
+
+
+def _check_out(out: Path) -> None:
+    """ValueError unless `out` is (or can become) a writable directory."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; expected a directory")
+    parent = next((p for p in (out, *out.parents) if p.exists()), None)
+    if parent is None or not parent.is_dir():
+        raise ValueError(f"--out {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: {parent} is not writable")
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `out` for the run (a lock file beside it, so archiving cannot move it).
+
+    Raises:
+        ValueError: another live process holds the lock (it names that process).
+    """
+    lock_path = out.with_name(f".{out.name}.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            raise ValueError(f"--out {out} is in use by a running job (pid {holder}); pass another --out, "
+                             "or wait for it to finish") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (preemption, `timeout`, `docker stop`): the run ends as "interrupted", like Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into `Terminated` while the run is open (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
@@ -120,39 +189,65 @@ class RunSession:
     @contextlib.contextmanager
     def open(cls, cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSession]:
         """Build the session; on exit close the sandbox and mark the results file failed/interrupted if
-        the run did not finish (the file keeps every completed step)."""
+        the run did not finish (the file keeps every completed step).
+
+        Everything that can be checked without touching `cfg.out` (config values, device, task source,
+        the output path) is checked before an earlier run there is archived; `cfg.out` is locked for
+        the whole run, so a second job on the same folder is refused instead of mixing two runs.
+
+        Raises:
+            ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
+        """
+        from agentrl.envs import ENV_NAMES
+
+        cfg.validate()
+        if cfg.env not in ENV_NAMES:
+            raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(ENV_NAMES)}")
+        out = Path(cfg.out).expanduser().resolve()
+        _check_out(out)
+        resolve_device(cfg.device)
+        tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
+                          randomize=cfg.randomize_names, seed=cfg.seed)
+        if cfg.steps and not tasks.train:
+            raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _exclusive(out), _sigterm_interrupts():
+            with cls._started(cfg, out, tasks, sampler) as sess:
+                yield sess
+
+    @classmethod
+    @contextlib.contextmanager
+    def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
         from agentrl.io.log import log_config, setup_logging
         from agentrl.sandbox import Sandbox
 
-        cfg.validate()
-        out = Path(cfg.out)
         archived = None if cfg.resume else _archive_previous(out)
         out.mkdir(parents=True, exist_ok=True)
         logger = setup_logging(out / "train.log")
         if archived:
             log.info("an earlier run in %s was moved to %s", out, archived)
         log_config(logger, cfg.to_dict())
-        tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                          randomize=cfg.randomize_names, seed=cfg.seed)
-        if cfg.steps and not tasks.train:
-            raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
-        sess = cls._load(cfg, out, tasks, Sandbox())
-        if sampler is None and cfg.sampler == "fast":
-            from agentrl.rollout.fast_sampler import fast_sampler_for
-
-            sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch)
-        sess.sampler = sampler
+        sandbox = Sandbox()
+        sess = None
         try:
+            sess = cls._load(cfg, out, tasks, sandbox)
+            if sampler is None and cfg.sampler == "fast":
+                from agentrl.rollout.fast_sampler import fast_sampler_for
+
+                sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch)
+            sess.sampler = sampler
             yield sess
         except BaseException as e:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            sess.results.finish(status, wall_clock_s=time.perf_counter() - sess.t_start,
-                                error=f"{type(e).__name__}: {e}")
-            log.error("run %s: %s: %s (results so far: %s)", status, type(e).__name__, e, sess.results_path)
+            if sess is not None:
+                sess.results.finish(status, wall_clock_s=time.perf_counter() - sess.t_start,
+                                    error=f"{type(e).__name__}: {e}")
+            log.error("run %s: %s: %s (results: %s)", status, type(e).__name__, e,
+                      sess.results_path if sess else "none written")
             raise
         finally:
-            sess.sandbox.close()
+            sandbox.close()
 
     @classmethod
     def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any) -> RunSession:
@@ -179,15 +274,16 @@ class RunSession:
             log.info("resumed from %s at step %d", ckpt, start)
         elif cfg.resume:
             log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
-        path = out / "results.json"
-        if cfg.resume and path.exists():
-            results = RunResults.resume(path, completed_steps=start)
-        else:
-            results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
         env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
         env.reset(tasks.heldout[0], seed=cfg.seed)
-        results.set("tool_schemas", env.tools())
+        schemas = env.tools()
         env.close()
+        path = out / "results.json"
+        if cfg.resume and path.exists():
+            results = RunResults.resume(path, completed_steps=start, config=cfg.to_dict())
+        else:
+            results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
+        results.set("tool_schemas", schemas)
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                               "heldout_ids": [t.id for t in tasks.heldout]})
