@@ -104,5 +104,5 @@ class Env(ABC):
         """Named per-episode tool statistics (counts), for logs and results files."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: environments without resources need nothing
         """Release sandbox sessions and other resources; safe to call twice."""

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.base import Env
 from agentrl.eval.bootstrap import pass_at_1_ci
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
