@@ -137,6 +137,7 @@ class RunSession:
     start_step: int = 0
     ref_model: Any = None
     sampler: Any = None  # optional agentrl.rollout.driver.SampleFn replacing HF generate (e.g. a server client)
+    progress: Any = None  # a rich Progress (agentrl.io.log.progress) shown while the run is open
     t_start: float = field(default_factory=time.perf_counter)
 
     @property
@@ -157,8 +158,10 @@ class RunSession:
         return SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                               top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch)
 
-    def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None) -> list[Trajectory]:
-        """One episode per entry of `tasks` (a fresh env each), all advancing together."""
+    def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None,
+                label: str = "rollout") -> list[Trajectory]:
+        """One episode per entry of `tasks` (a fresh env each), all advancing together (a progress bar
+        named `label` counts finished episodes)."""
         from agentrl.envs import make_env
         from agentrl.rollout.driver import RolloutConfig, run_episodes
 
@@ -167,8 +170,16 @@ class RunSession:
                              max_context_tokens=cfg.max_context_tokens)
         pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
         self.model.eval()
-        return run_episodes(self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=self.sampler,
-                            group_ids=list(group_ids) if group_ids is not None else None)
+        bar = self.progress.add_task(label, total=len(pairs)) if self.progress is not None else None
+        try:
+            return run_episodes(
+                self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=self.sampler,
+                group_ids=list(group_ids) if group_ids is not None else None,
+                on_progress=None if bar is None else (lambda done, total: self.progress.update(bar, completed=done)),
+            )
+        finally:
+            if bar is not None:
+                self.progress.remove_task(bar)
 
     # -- persistence ------------------------------------------------------------------------------
     def checkpoint(self, step: int) -> Path | None:
@@ -218,7 +229,7 @@ class RunSession:
     @classmethod
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
-        from agentrl.io.log import log_config, setup_logging
+        from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.sandbox import Sandbox
 
         archived = None if cfg.resume else _archive_previous(out)
@@ -237,7 +248,9 @@ class RunSession:
 
                 sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch)
             sess.sampler = sampler
-            yield sess
+            with progress(transient=True) as bars:
+                sess.progress = bars
+                yield sess
         except BaseException as e:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             if sess is not None:

@@ -52,7 +52,8 @@ def train_step(sess: RunSession, step: int) -> dict[str, float]:
     cfg = sess.cfg
     t0 = time.perf_counter()
     tasks = step_tasks(sess.tasks.train, cfg.prompts_per_step, cfg.group_size, cfg.seed, step)
-    trajs = sess.rollout(tasks, seed=_seed(cfg, "train", step), group_ids=[i // cfg.group_size for i in range(len(tasks))])
+    trajs = sess.rollout(tasks, seed=_seed(cfg, "train", step), group_ids=[i // cfg.group_size for i in range(len(tasks))],
+                         label=f"step {step} rollouts")
     t_roll = time.perf_counter() - t0
     rewards = torch.tensor([tr.reward for tr in trajs], dtype=torch.float32)
     adv, adv_stats = group_advantages(rewards, cfg.group_size, cfg.adv_mode)
@@ -85,7 +86,8 @@ def train_step(sess: RunSession, step: int) -> dict[str, float]:
 def run_eval(sess: RunSession, label: str, step: int) -> EvalResult:
     """Evaluate the fixed held-out set (eval_n episodes per task) and record it in the results file."""
     cfg = sess.cfg
-    res = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step)), sess.tasks.heldout, cfg.eval_n)
+    res = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}"),
+                   sess.tasks.heldout, cfg.eval_n)
     ev = sess.results.add_evaluation(label, step=step, task_ids=res.task_ids, successes=res.successes,
                                      trials=res.trials, tool_stats=res.tool_stats, n_boot=cfg.n_boot,
                                      alpha=cfg.alpha, seed=cfg.seed)
@@ -127,8 +129,10 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
     with RunSession.open(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_eval(sess, "before", 0)
+        steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step)
         for step in range(sess.start_step, cfg.steps):
             metrics = train_step(sess, step)
+            sess.progress.advance(steps_bar)
             sess.results.add_step(step, metrics)
             _log_step(step, metrics)
             done = step + 1

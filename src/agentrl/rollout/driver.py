@@ -174,6 +174,7 @@ def run_episodes(
     group_ids: list[int] | None = None,
     seed: int | None = None,
     sampler: SampleFn | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> list[Trajectory]:
     """Run one episode per (env, task) pair, all advancing together; one `Trajectory` each, same order.
 
@@ -183,6 +184,8 @@ def run_episodes(
         group_ids: GRPO group of each episode (default: index).
         seed: torch seed for sampling and the environments' reset seed (None: leave RNG as is).
         sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler.
+        on_progress: called after every round with (episodes finished, episodes in all), e.g. for a
+            progress bar.
 
     Returns:
         Trajectories with `completion_ids == concat(turn.completion_ids + turn.observation_ids)`,
@@ -202,6 +205,8 @@ def run_episodes(
     with ThreadPoolExecutor(max_workers=max(1, cfg.tool_workers)) as pool:
         while live := [e for e in eps if not e.end_reason]:
             drv.round(live, pool)
+            if on_progress is not None:
+                on_progress(sum(bool(e.end_reason) for e in eps), len(eps))
     return [_finish(drv, ep) for ep in eps]
 
 
