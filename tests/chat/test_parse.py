@@ -97,3 +97,35 @@ def test_schema_checks():
 def test_arguments_as_json_string_are_decoded():
     (call,), _ = parse_tool_calls(block({"name": "Read", "arguments": json.dumps({"file_path": "x"})}))
     assert call.malformed is None and call.arguments == {"file_path": "x"}
+
+
+HOSTILE_BODIES = {
+    "deep_array": "[" * 100_000,
+    "deep_closed_array": "[" * 5000 + "]" * 5000,
+    "deep_object": '{"a":' * 5000,
+    "deep_arguments": '{"name": "Read", "arguments": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+    "huge_int": '{"name": "Read", "arguments": {"x": ' + "9" * 5000 + "}}",
+    "huge_int_in_string_args": json.dumps({"name": "Read", "arguments": '{"x": ' + "9" * 5000 + "}"}),
+    "deep_string_args": json.dumps({"name": "Read", "arguments": "[" * 5000}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_BODIES))
+@pytest.mark.parametrize("closed", [True, False])
+def test_hostile_json_never_raises_and_is_malformed(kind, closed):
+    text = "<tool_call>" + HOSTILE_BODIES[kind] + ("</tool_call>" if closed else "")
+    for cut in (True, False):
+        calls, _ = parse_tool_calls(text, hit_token_limit=cut)
+        assert len(calls) == 1 and calls[0].malformed, (kind, closed, cut)
+        if closed:
+            assert calls[0].malformed.startswith(("bad_json", "not_a_call")), calls[0].malformed
+
+
+def test_oversize_body_is_bad_json_without_decoding():
+    body = json.dumps({"name": "Read", "arguments": {"file_path": "x" * 100}})
+    calls, _ = parse_tool_calls(f"<tool_call>{body}</tool_call>", max_body_chars=50)
+    assert calls[0].malformed.startswith("bad_json") and "exceeds the 50 limit" in calls[0].malformed
+    calls, _ = parse_tool_calls(f"<tool_call>{body}</tool_call>", max_body_chars=len(body))
+    assert calls[0].malformed is None
+    with pytest.raises(ValueError, match="max_body_chars"):
+        parse_tool_calls("x", max_body_chars=0)

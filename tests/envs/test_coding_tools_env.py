@@ -86,3 +86,57 @@ def test_bash_timeout_lowers_the_limit(minmax_task, sandbox):
 
 def test_check_env_coding_tools(minmax_task, sandbox):
     assert check_env(make_env("coding-tools", sandbox=sandbox), minmax_task)["reward"] == 1.0
+
+
+CONTROL_NAMES = ["/repo/n\x00ul.py", "/repo/new\nline.py", "/repo/esc\x1b.py", "/repo/tab\t.py", "/repo/del\x7f.py"]
+
+
+def test_control_characters_in_paths_are_failed_calls(minmax_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
+    env.reset(minmax_task)
+    files_before = dict(env.files)
+    for name in CONTROL_NAMES:
+        results = env.step([c("Write", file_path=name, content="x"), c("Read", file_path=name),
+                            c("Edit", file_path=name, old_string="a", new_string="b")])
+        assert [r.status for r in results] == ["failed"] * 3, name
+        assert all("control character" in r.content for r in results)
+        if env.done:
+            break
+    assert env.files == files_before
+    env.reset(minmax_task)
+    (r,) = env.step([c("Bash", command="python -m pytest -q 'test_stack\x00_peak.py'")])
+    assert r.status == "failed" and "control character" in r.content
+    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")])
+    assert r.status == "ok" and "1 failed" in r.content  # the repository is still usable
+    assert env.stats()["failed_calls"] == 1 and env.stats()["ok_calls"] == 1
+
+
+def test_bash_commands_the_sandbox_refuses_or_cannot_run_are_failed(minmax_task, sandbox):
+    from agentrl.sandbox.api import RunResult
+
+    env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
+    env.reset(minmax_task)
+    results = env.step([c("Bash", command="python ../../etc/x.py"), c("Bash", command="python /usr/lib/x.py"),
+                        c("Bash", command="ls && cd /tmp")])
+    assert [r.status for r in results] == ["failed"] * 3
+    assert "stack_peak.py" in results[2].content  # earlier output is kept in the failure message
+
+    class BrokenSandbox:  # fault injection: the sandbox reports that it could not start the command
+        def run(self, files, argv, **kw):
+            return RunResult(exit_code=None, stdout="", stderr="", timed_out=False, wall_clock_s=0.0,
+                             error="could not start: embedded null byte")
+
+    env = make_env("coding-tools", sandbox=BrokenSandbox())
+    env.reset(minmax_task)
+    (r,) = env.step([c("Bash", command="python -m pytest -q")])
+    assert r.status == "failed" and "sandbox error: could not start" in r.content
+    assert env.stats()["failed_calls"] == 1 and env.stats()["ok_calls"] == 0
+
+
+def test_overlong_bash_command_is_malformed(minmax_task, sandbox):
+    from agentrl.envs.coding_tools import MAX_BASH_COMMAND_CHARS
+
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    (r,) = env.step([c("Bash", command="ls " + "a" * MAX_BASH_COMMAND_CHARS)])
+    assert r.status == "malformed"

@@ -3,9 +3,11 @@ import logging
 from conftest import build_synthetic
 
 from agentrl.cli import main
+from agentrl.io.commands import summary_rows
 from agentrl.io.log import log_config, setup_logging
 from agentrl.io.plots import plot_results
-from agentrl.io.results import validate_results
+from agentrl.io.results import RunResults, validate_results
+from agentrl.rl.config import RLConfig
 
 
 def test_plots_are_png(tmp_path):
@@ -45,3 +47,57 @@ def test_log_tees_to_file(tmp_path):
     text = (tmp_path / "train.log").read_text()
     assert "group_size = 8" in text and "step 3 reward 0.500" in text and text.count("again") == 1
     setup_logging(None, console=False)
+
+
+def _default_like_run(path, n_steps=3, finish=True):
+    """A results file like the README's default run: constant zero reward, zero-std groups, entropy None."""
+    res = RunResults(path, RLConfig(steps=n_steps).to_dict(), seed=0)
+    ids = [f"t{i}" for i in range(4)]
+    res.add_evaluation("before", step=0, task_ids=ids, successes=[0] * 4, trials=2,
+                       tool_stats={"calls": 0.0, "ok_calls": float("nan")}, n_boot=200)
+    for step in range(n_steps):
+        res.add_step(step, {"reward_mean": 0.0, "reward_std": 0.0, "pass_rate": 0.0, "adv/frac_zero_std": 1.0,
+                            "entropy": None, "clip_frac": float("nan"), "grad_norm": 0.0, "sampler_nll": 11.9})
+    if finish:
+        res.add_evaluation("after", step=n_steps, task_ids=ids, successes=[0] * 4, trials=2, n_boot=200)
+        res.add_paired_difference(n_boot=200)
+        res.compute_noise()
+        res.finish(wall_clock_s=None)
+    return res
+
+
+def test_report_on_constant_reward_run_prints_na_for_missing_statistics(tmp_path, capsys):
+    _default_like_run(tmp_path / "r.json")
+    data = validate_results(tmp_path / "r.json")
+    assert data["noise"]["train"]["rise_stderr"] is None  # the case that crashed the formatter
+    rows = dict(summary_rows(data))
+    assert "n/a" in rows["noise train"] and rows["last entropy"] == "n/a" and rows["last clip_frac"] == "n/a"
+    assert rows["last frac_zero_std"] == "1" and rows["wall clock"] == "n/a s"
+    assert main(["report", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "noise train" in out and "n/a" in out
+    assert (tmp_path / "plots" / "train_reward.png").is_file() and (tmp_path / "plots" / "eval_curve.png").is_file()
+
+
+def test_report_on_interrupted_partial_file(tmp_path, capsys):
+    res = _default_like_run(tmp_path / "r.json", finish=False)
+    res.data["noise"] = {"train": {"step_noise": None, "n": 3}, "eval": {"n": 1.0}}
+    res.finish("interrupted")
+    assert main(["report", str(tmp_path / "r.json")]) == 0
+    assert "interrupted" in capsys.readouterr().out
+
+
+def test_summary_and_plots_tolerate_none_nan_and_empty_values(tmp_path):
+    iv = {"mean": None, "lo": float("nan"), "hi": float("inf"), "alpha": None}
+    data = {"status": "running", "seed": 1, "config": {}, "paired": [{"before": "b", "after": "a", "diff": iv}],
+            "evaluations": [{"label": "before", "step": 0, "tasks": [], "pass_at_1": iv, "tool_stats": {"x": None}},
+                            {"label": "after", "step": 1, "tasks": [], "pass_at_1": iv,
+                             "tool_stats": {"x": float("nan")}}],
+            "steps": [{"step": 0, "reward_mean": None, "entropy": float("nan")}, {"step": 1}],
+            "noise": {"train": {"step_noise": float("nan"), "rise": None, "t": "x"}}}
+    rows = dict(summary_rows(data))
+    assert rows["pass@1 before (step 0)"].startswith("n/a [n/a, n/a]") and rows["paired a - b"] == "n/a [n/a, n/a]"
+    assert rows["noise train"].count("n/a") == 5
+    assert plot_results(data, tmp_path) == []  # no finite value anywhere: nothing to draw, no crash
+    data["steps"].append({"step": 2, "reward_mean": 0.5, "reward_std": None, "entropy": 0.1})
+    assert sorted(p.name for p in plot_results(data, tmp_path)) == ["entropy.png", "train_reward.png"]

@@ -54,3 +54,27 @@ def test_group_size_one_allowed_without_baseline():
     assert RLConfig(adv_mode="none", group_size=1).group_size == 1
     with pytest.raises(ValueError, match="unknown keys"):
         RLConfig.from_dict({"nope": 1})
+
+
+FLOAT_FIELDS = [f.name for f in dataclasses.fields(RLConfig) if isinstance(f.default, float)]
+
+
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), True, "1.0"])
+def test_float_fields_reject_non_finite_and_wrong_types(name, bad):
+    with pytest.raises(ValueError, match=f"RLConfig.{name}: expected"):
+        RLConfig(**{name: bad})
+
+
+@pytest.mark.parametrize("name,bad", [("steps", "3"), ("steps", 2.5), ("group_size", True), ("top_k", 2.5),
+                                      ("top_k", True), ("resume", "yes"), ("randomize_names", 1), ("model", 3),
+                                      ("seed", None)])
+def test_fields_reject_the_wrong_type(name, bad):
+    with pytest.raises(ValueError, match=f"RLConfig.{name}: expected"):
+        RLConfig(**{name: bad})
+
+
+def test_ints_are_accepted_for_float_fields_and_top_k_help_matches():
+    assert RLConfig(lr=1, kl_coef=0, top_k=5).lr == 1
+    help_text = next(f.metadata["help"] for f in dataclasses.fields(RLConfig) if f.name == "top_k")
+    assert "None" not in help_text and "leave the flag out" in help_text

@@ -207,3 +207,27 @@ def test_trainer_policy_logprobs_match_sampler_on_whole_trajectories(tok):
     with torch.no_grad():
         got, _ = logprobs.policy_logprobs(model, ids, attn.long(), pmask.long())
     assert pmask.sum() > 0 and (got - want).abs().max().item() < 1e-4
+
+
+def test_deeply_nested_call_is_malformed_not_a_crash(tok):
+    # A degenerate policy repeating "[" (the cut-off turn that raised RecursionError out of the parser).
+    trajs, _, _ = run(tok, [["<tool_call>" + "[" * 1500, "done"], ["<tool_call>" + "[" * 1500 + "</tool_call>", "done"]],
+                      max_new_tokens=2000)
+    for tr in trajs:
+        assert tr.end_reason == "final_answer" and tr.reward == 1.0
+        assert tr.turns[0].calls[0].malformed and tr.turns[0].results[0].status == "malformed"
+    assert trajs[1].turns[0].calls[0].malformed.startswith("bad_json")
+
+
+def test_parser_exception_marks_turn_malformed(tok, monkeypatch):
+    import agentrl.rollout.driver as driver
+
+    def broken_parser(text, **kwargs):  # fault injection: any future parser bug
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(driver, "parse_tool_calls", broken_parser)
+    trajs, _, _ = run(tok, [[call("a")] * 4], max_new_tokens=64)
+    turn = trajs[0].turns[0]
+    assert turn.calls[0].malformed == "parser_error: RuntimeError: parser bug"
+    assert turn.results[0].status == "malformed" and trajs[0].end_reason == "out_of_turns"
+    check_invariants(trajs[0])

@@ -60,3 +60,28 @@ def test_tiny_qwen3_tokenizer_missing_everywhere_says_how_to_fetch(tmp_path, mon
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(FileNotFoundError, match="agentrl assets fetch"):
         load_policy("tiny-qwen3")
+
+
+def test_checkpoint_dir_loads_its_model_subfolder(tmp_path):
+    import torch.optim
+
+    from agentrl.rl.checkpoint import save_checkpoint
+
+    model, tok = load_policy("tiny-qwen3", seed=5)
+    ckpt = save_checkpoint(tmp_path / "checkpoints", 2, model, torch.optim.AdamW(model.parameters()), tokenizer=tok)
+    for path in (ckpt, ckpt / "model"):
+        loaded, ltok = load_policy(str(path))
+        w = "model.layers.0.self_attn.q_proj.weight"
+        assert torch.equal(loaded.state_dict()[w], model.state_dict()[w]) and ltok.chat_template
+
+
+def test_folder_without_tokenizer_or_config_says_so(tmp_path):
+    model, _ = load_policy("tiny-qwen3")
+    model.save_pretrained(tmp_path / "weights_only")  # config + weights, no tokenizer files
+    for call in (lambda: load_policy(str(tmp_path / "weights_only")), lambda: load_tokenizer(tmp_path / "weights_only")):
+        with pytest.raises(FileNotFoundError, match="has no tokenizer") as e:
+            call()
+        assert "sentencepiece" not in str(e.value) and "download" not in str(e.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        load_policy(str(tmp_path / "empty"), tokenizer_path=resolve_asset("qwen3-tokenizer"))

@@ -124,3 +124,26 @@ def test_close_is_idempotent_and_removes_root():
     assert not os.path.exists(root)
     with pytest.raises(RuntimeError, match="closed"):
         s.run({"a.py": ""}, ["python", "a.py"])
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"tests": "assert f(1) == 1"}, "tests"),          # a str would be graded character by character
+    ({"tests": b"assert True"}, "tests"),
+    ({"tests": ("assert True", 3)}, "tests"),
+    ({"tests": None}, "tests"),
+    ({"files": [("fn.py", "x = 1")]}, "files"),
+    ({"files": {"fn.py": b"x = 1"}}, "files"),
+    ({"files": {1: "x = 1"}}, "files"),
+    ({"setup": None}, "setup"),
+    ({"module": None}, "module"),
+])
+def test_testjob_rejects_wrong_types(kwargs, field):
+    job = {"files": {"fn.py": "def f(x):\n    return x\n"}, "module": "fn", "tests": ("assert f(1) == 1",), **kwargs}
+    with pytest.raises(TypeError, match=f"TestJob.{field}"):
+        TestJob(**job)
+
+
+def test_testjob_module_must_be_one_of_files_and_tests_list_becomes_tuple():
+    with pytest.raises(ValueError, match="'os' is not one of files"):
+        TestJob(files={"fn.py": "x = 1"}, module="os", tests=("assert True",))
+    assert TestJob(files={"pkg/m.py": "x = 1"}, module="pkg.m", tests=["assert x == 1"]).tests == ("assert x == 1",)

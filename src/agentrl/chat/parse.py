@@ -27,21 +27,46 @@ CLOSE_TAG = "</tool_call>"
 _BLOCK_RE = re.compile(re.escape(OPEN_TAG) + r"(.*?)(" + re.escape(CLOSE_TAG) + r"|$)", re.DOTALL)
 
 
-def _decode_call(body: str) -> tuple[str, dict[str, Any], str | None]:
-    """JSON body of one block -> (name, arguments, malformed reason or None)."""
+MAX_CALL_BODY_CHARS = 1 << 20
+"""Longest call body (characters between the tags) that is JSON-decoded; longer bodies are "bad_json".
+
+Bounds parser work and memory per call; 1 Mi characters is ~250k tokens, far above any real call."""
+
+
+def _loads(text: str) -> Any:
+    """json.loads that turns ANY failure into a ValueError with a short reason.
+
+    Model output is hostile input: besides JSONDecodeError, decoding can raise RecursionError (deeply
+    nested arrays/objects), ValueError (an integer over sys.get_int_max_str_digits() digits), MemoryError,
+    or anything else; none of these may escape the parser and end a training run.
+    """
     try:
         # strict=False accepts literal control characters (a raw newline) inside strings: unambiguous,
         # and models trained on tojson output still emit them in long code arguments.
-        obj = json.loads(body.strip(), strict=False)
+        return json.loads(text, strict=False)
     except json.JSONDecodeError as e:
-        return "", {}, f"bad_json: {e.msg} at char {e.pos}"
+        raise ValueError(f"{e.msg} at char {e.pos}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except Exception as e:  # noqa: BLE001 - ValueError (huge int), MemoryError, ...: all mean "not usable JSON"
+        raise ValueError(f"{type(e).__name__}: {str(e)[:200]}") from None
+
+
+def _decode_call(body: str, max_body_chars: int = MAX_CALL_BODY_CHARS) -> tuple[str, dict[str, Any], str | None]:
+    """JSON body of one block -> (name, arguments, malformed reason or None). Never raises."""
+    if len(body) > max_body_chars:
+        return "", {}, f"bad_json: call body of {len(body)} characters exceeds the {max_body_chars} limit"
+    try:
+        obj = _loads(body.strip())
+    except ValueError as e:
+        return "", {}, f"bad_json: {e}"
     if not isinstance(obj, dict):
         return "", {}, f"not_a_call: expected a JSON object, got {type(obj).__name__}"
     name, args = obj.get("name"), obj.get("arguments")
     if isinstance(args, str):  # OpenAI style: arguments as a JSON-encoded string
         try:
-            args = json.loads(args, strict=False)
-        except json.JSONDecodeError:
+            args = _loads(args)
+        except ValueError:
             pass
     if not isinstance(name, str) or not name:
         return "", args if isinstance(args, dict) else {}, "not_a_call: missing string field 'name'"
@@ -51,7 +76,7 @@ def _decode_call(body: str) -> tuple[str, dict[str, Any], str | None]:
 
 
 def parse_tool_calls(
-    text: str, *, max_calls: int = 4, hit_token_limit: bool = False
+    text: str, *, max_calls: int = 4, hit_token_limit: bool = False, max_body_chars: int = MAX_CALL_BODY_CHARS
 ) -> tuple[list[ToolCall], str]:
     """Split one assistant turn into tool calls and the remaining (final-answer) text.
 
@@ -59,13 +84,20 @@ def parse_tool_calls(
         text: the decoded turn, without the end-of-turn token.
         max_calls: calls allowed per turn; later calls are returned marked "too_many_calls".
         hit_token_limit: the turn ended at max_new_tokens (an unclosed block is then "cut_off").
+        max_body_chars: bodies longer than this are not decoded and are marked "bad_json".
 
     Returns:
         (calls in order of appearance, the text outside all blocks, stripped). A turn whose
-        call list is empty is a final answer. Every call keeps its exact `raw` text.
+        call list is empty is a final answer. Every call keeps its exact `raw` text. Undecodable
+        bodies of any kind (bad syntax, deep nesting, huge integers, oversize) become "bad_json" calls.
+
+    Raises:
+        ValueError: max_calls < 1 or max_body_chars < 1 (caller bugs, not model output).
     """
     if max_calls < 1:
         raise ValueError(f"max_calls must be >= 1, got {max_calls}")
+    if max_body_chars < 1:
+        raise ValueError(f"max_body_chars must be >= 1, got {max_body_chars}")
     calls: list[ToolCall] = []
     outside: list[str] = []
     pos = 0
@@ -73,7 +105,7 @@ def parse_tool_calls(
         outside.append(text[pos : m.start()])
         pos = m.end()
         body, closed = m.group(1), bool(m.group(2))
-        name, args, why = _decode_call(body)
+        name, args, why = _decode_call(body, max_body_chars)
         if not closed:
             why = "cut_off: the turn hit the token limit inside the call" if hit_token_limit else (
                 "missing_close_tag: no </tool_call> after the call" + (f" ({why})" if why else "")
@@ -108,6 +140,10 @@ def check_call(call: ToolCall, tools: list[dict[str, Any]]) -> ToolCall:
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "arguments"
         return _mark(call, f"bad_arguments: {where}: {e.message}")
+    except jsonschema.SchemaError:
+        raise  # the environment published a broken schema: a bug to surface, not the model's fault
+    except Exception as e:  # noqa: BLE001 - e.g. RecursionError on pathologically nested arguments
+        return _mark(call, f"bad_arguments: arguments could not be validated ({type(e).__name__})")
     return call
 
 

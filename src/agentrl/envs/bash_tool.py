@@ -8,12 +8,14 @@ run in agentrl.sandbox on a copy of the repository, and files the run writes com
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 
 REPO_ROOT = "/repo"
 SUPPORTED = "ls, cat, pwd, cd /repo, python <file>.py, python -m pytest [args], pytest [args], joined with &&"
 _UNSUPPORTED_OPS = {"|", "||", ";", ">", ">>", "<", "&", "(", ")", "<<", "|&", ";;"}
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # Files a run may leave behind that we do not copy back into the agent's repository.
 _IGNORED_PARTS = ("__pycache__", ".pytest_cache")
 
@@ -52,11 +54,27 @@ class Command:
         return ["python", *self.argv[1:]]
 
 
+def check_printable(text: str, what: str) -> str:
+    """Return `text` unless it holds a control character (NUL, newline, tab, ESC, DEL, ...).
+
+    Such names cannot be passed to a process (NUL) or are never what a file name should be.
+
+    Raises:
+        BashError: naming `what`, the offending text and the first control character.
+    """
+    m = _CONTROL_CHARS.search(text)
+    if m:
+        raise BashError(f"{what} {text!r} contains the control character {m.group()!r}; "
+                        "use printable characters only")
+    return text
+
+
 def parse_command_line(line: str) -> list[Command]:
     """Split `line` into simple commands joined by `&&`.
 
     Raises:
-        BashError: empty line, a quoting error, or any operator other than `&&`.
+        BashError: empty line, a quoting error, any operator other than `&&`, or an argument holding
+            a control character (e.g. NUL).
     """
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
@@ -74,7 +92,7 @@ def parse_command_line(line: str) -> list[Command]:
         elif tok in _UNSUPPORTED_OPS or (tok and set(tok) <= set("|&;<>()")):
             raise BashError(f"shell operator {tok!r} is not supported; supported: {SUPPORTED}")
         else:
-            current.append(tok)
+            current.append(check_printable(tok, "argument"))
     if not current:
         raise BashError("empty command" if not commands else "syntax error: command ends with `&&`")
     commands.append(Command(tuple(current)))
@@ -87,8 +105,9 @@ def repo_path(path: str, cwd: str = REPO_ROOT) -> str:
     """Normalise `path` (absolute or relative to `cwd`) to a path relative to /repo.
 
     Raises:
-        BashError: the path leaves /repo.
+        BashError: the path leaves /repo or holds a control character (e.g. NUL).
     """
+    check_printable(path, "path")
     full = posixpath.normpath(posixpath.join(cwd, path))
     if full == REPO_ROOT:
         return ""

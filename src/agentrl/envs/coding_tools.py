@@ -29,6 +29,7 @@ SYSTEM_PROMPT = (
     "A reply without a tool call is your final answer and ends the session."
 )
 READ_LIMIT_LINES = 2000
+MAX_BASH_COMMAND_CHARS = 16384  # longer Bash commands are malformed (schema): bounds shlex work per call
 STAT_NAMES = (
     "reads", "edits", "writes", "bash_calls", "test_runs",
     "edit_before_read", "edit_missing_old_string", "edit_identical_strings", "edit_not_unique",
@@ -106,7 +107,7 @@ class CodingToolsEnv(ToolEnv):
                      object_schema({"file_path": path, "content": {"type": "string"}}, ("file_path", "content")),
                      self._tool_write),
             ToolSpec("Bash", "Run a command in /repo (python, pytest, ls, cat). timeout: milliseconds.",
-                     object_schema({"command": {"type": "string"},
+                     object_schema({"command": {"type": "string", "maxLength": MAX_BASH_COMMAND_CHARS},
                                     "timeout": {"type": "integer", "minimum": 1}}, ("command",)), self._tool_bash),
         ]
 
@@ -194,18 +195,21 @@ class CodingToolsEnv(ToolEnv):
             commands = parse_command_line(command)
         except BashError as e:
             raise ToolRejected(str(e)) from None
-        cwd, outputs = REPO_ROOT, []
+        cwd, outputs, rejected = REPO_ROOT, [], False
         for cmd in commands:
             try:
                 text, ok, cwd = self._run_command(cmd, cwd, timeout)
-            except BashError as e:
+            except BashError as e:  # refused by our Bash or by the sandbox, or the sandbox could not run it
                 outputs.append(str(e))
-                ok = False
-            else:
-                outputs.append(text)
+                rejected = True
+                break
+            outputs.append(text)
             if not ok:
                 break
-        return "\n".join(o for o in outputs if o) or "(no output)"
+        out = "\n".join(o for o in outputs if o) or "(no output)"
+        if rejected:  # a command that never ran is a failed call, not a run with output
+            raise ToolRejected(out)
+        return out
 
     def _run_command(self, cmd: Any, cwd: str, timeout_ms: int | None) -> tuple[str, bool, str]:
         """Run one simple command; returns (output, succeeded, new cwd)."""
@@ -232,6 +236,8 @@ class CodingToolsEnv(ToolEnv):
             if self.files.get(path) != text:
                 self.files[path] = text
                 self._read.discard(path)  # changed behind the agent's back: read it again before editing
+        if result.error and not result.timed_out:  # the sandbox could not run the command at all
+            raise BashError(_format_run(result))
         return _format_run(result), result.exit_code == 0 and not result.timed_out, cwd
 
     def _score(self) -> float:

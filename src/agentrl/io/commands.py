@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,33 +19,64 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=report_main)
 
 
-def _fmt_iv(iv: dict[str, float], signed: bool = False) -> str:
-    f = "{:+.3f}" if signed else "{:.3f}"
-    return f"{f.format(iv['mean'])} [{f.format(iv['lo'])}, {f.format(iv['hi'])}]"
+MISSING = "n/a"
+
+
+def _fmt_num(value: Any, spec: str = ".3f") -> str:
+    """One number formatted with `spec`; None, NaN, +-inf and non-numbers (bool included) give MISSING."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return MISSING
+    return format(value, spec)
+
+
+def _fmt_iv(iv: Any, signed: bool = False) -> str:
+    """`mean [lo, hi]` of a bootstrap interval dict; missing or non-finite parts print as MISSING."""
+    iv = iv if isinstance(iv, dict) else {}
+    spec = "+.3f" if signed else ".3f"
+    mean, lo, hi = (_fmt_num(iv.get(k), spec) for k in ("mean", "lo", "hi"))
+    return f"{mean} [{lo}, {hi}]"
+
+
+# last-step rows: (label, candidate keys in the step dict, first present wins)
+_LAST_STEP_KEYS = (("reward_mean", ("reward_mean",)), ("entropy", ("entropy",)), ("clip_frac", ("clip_frac",)),
+                   ("grad_norm", ("grad_norm",)), ("frac_zero_std", ("adv/frac_zero_std", "frac_zero_std")),
+                   ("peak_memory_bytes", ("peak_memory_bytes",)))
 
 
 def summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, value) rows of the summary table."""
-    cfg = data.get("config", {})
-    rows = [("status", data["status"]), ("model", str(cfg.get("model", "?"))), ("env", str(cfg.get("env", "?"))),
-            ("seed", str(data["seed"])), ("steps done", str(len(data["steps"]))),
-            ("wall clock", "-" if data.get("wall_clock_s") is None else f"{data['wall_clock_s']:.1f} s")]
-    for e in data["evaluations"]:
-        counts = " ".join(str(t["successes"]) for t in e["tasks"])
-        rows.append((f"pass@1 {e['label']} (step {e['step']})", f"{_fmt_iv(e['pass_at_1'])}  counts {counts}"))
-    for p in data["paired"]:
-        rows.append((f"paired {p['after']} - {p['before']}", _fmt_iv(p["diff"], signed=True)))
-    if data["steps"]:
-        last = data["steps"][-1]
-        for k in ("reward_mean", "entropy", "clip_frac", "grad_norm", "frac_zero_std", "peak_memory_bytes"):
-            if last.get(k) is not None:
-                rows.append((f"last {k}", f"{last[k]:.4g}"))
+    """(name, value) rows of the summary table of a validated results dict.
+
+    Any statistic that is None (stored for NaN/inf, or not computable, e.g. a regression stderr over a
+    constant reward) or absent prints as MISSING ("n/a"); this never raises on a schema-valid file,
+    including partial (running / interrupted / failed) ones.
+    """
+    cfg = data.get("config") or {}
+    steps = data.get("steps") or []
+    rows = [("status", str(data.get("status", "?"))), ("model", str(cfg.get("model", "?"))),
+            ("env", str(cfg.get("env", "?"))), ("seed", str(data.get("seed", "?"))),
+            ("steps done", str(len(steps))), ("wall clock", _fmt_num(data.get("wall_clock_s"), ".1f") + " s")]
+    if data.get("error"):
+        rows.append(("error", str(data["error"])))
+    for e in data.get("evaluations") or []:
+        counts = " ".join(str(t.get("successes", MISSING)) for t in e.get("tasks") or [])
+        rows.append((f"pass@1 {e.get('label')} (step {e.get('step')})",
+                     f"{_fmt_iv(e.get('pass_at_1'))}  counts {counts}"))
+    for p in data.get("paired") or []:
+        rows.append((f"paired {p.get('after')} - {p.get('before')}", _fmt_iv(p.get("diff"), signed=True)))
+    if steps:
+        last = steps[-1]
+        for label, keys in _LAST_STEP_KEYS:
+            key = next((k for k in keys if k in last), None)
+            if key is not None:
+                rows.append((f"last {label}", _fmt_num(last[key], ".4g")))
     noise = data.get("noise") or {}
     for key in ("train", "eval"):
         rep = noise.get(key) or {}
         if "step_noise" in rep:
-            rows.append((f"noise {key}", f"step noise {rep['step_noise']:.3f}, rise {rep['rise']:+.3f} "
-                                          f"+- {rep['rise_stderr']:.3f}, t {rep['t']:.2f} (n={rep['n']})"))
+            rows.append((f"noise {key}", f"step noise {_fmt_num(rep.get('step_noise'))}, "
+                                          f"rise {_fmt_num(rep.get('rise'), '+.3f')} "
+                                          f"+- {_fmt_num(rep.get('rise_stderr'))}, t {_fmt_num(rep.get('t'), '.2f')} "
+                                          f"(n={rep.get('n', MISSING)})"))
     return rows
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,14 @@ def _plt() -> Any:
     return plt
 
 
+def _finite(value: Any) -> bool:
+    """True for a real, finite int/float (not bool, None, NaN or inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _series(steps: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    pts = [(s["step"], s[key]) for s in steps if s.get(key) is not None]
+    """(steps, values) of `key`, skipping steps where it is absent, None, NaN or inf."""
+    pts = [(s["step"], float(s[key])) for s in steps if _finite(s.get("step")) and _finite(s.get(key))]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -30,7 +37,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def plot_train_reward(results: dict[str, Any], path: Path) -> Path | None:
     """Reward mean per step with a +-1 std band, plus pass rate and the zero-std-group fraction."""
-    steps = results["steps"]
+    steps = results.get("steps") or []
     x, y = _series(steps, "reward_mean")
     if not x:
         return None
@@ -41,10 +48,12 @@ def plot_train_reward(results: dict[str, Any], path: Path) -> Path | None:
     if xs == x:
         ax.fill_between(x, [a - b for a, b in zip(y, sd, strict=True)], [a + b for a, b in zip(y, sd, strict=True)],
                         alpha=0.2, label="+-1 std")
-    for key, style in (("pass_rate", "--"), ("frac_zero_std", ":")):
-        xk, yk = _series(steps, key)
-        if xk:
-            ax.plot(xk, yk, style, label=key)
+    for keys, style in ((("pass_rate",), "--"), (("adv/frac_zero_std", "frac_zero_std"), ":")):
+        for key in keys:  # the trainer logs "adv/frac_zero_std"; older files and tests use the bare name
+            xk, yk = _series(steps, key)
+            if xk:
+                ax.plot(xk, yk, style, label=key)
+                break
     ax.set(xlabel="step", ylabel="reward", title="training reward")
     ax.legend()
     return _save(fig, path)
@@ -52,7 +61,9 @@ def plot_train_reward(results: dict[str, Any], path: Path) -> Path | None:
 
 def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
     """Held-out pass@1 per evaluation step with its bootstrap interval as a band."""
-    evs = sorted(results["evaluations"], key=lambda e: (e["step"], e["label"]))
+    evs = [e for e in results.get("evaluations") or []
+           if _finite(e.get("step")) and all(_finite((e.get("pass_at_1") or {}).get(k)) for k in ("mean", "lo", "hi"))]
+    evs = sorted(evs, key=lambda e: (e["step"], str(e.get("label"))))
     if not evs:
         return None
     plt = _plt()
@@ -60,15 +71,19 @@ def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
     x = [e["step"] for e in evs]
     ax.plot(x, [e["pass_at_1"]["mean"] for e in evs], marker="o", label="pass@1")
     ax.fill_between(x, [e["pass_at_1"]["lo"] for e in evs], [e["pass_at_1"]["hi"] for e in evs], alpha=0.25,
-                    label=f"{100 * (1 - evs[0]['pass_at_1']['alpha']):.0f}% task bootstrap")
+                    label=_band_label(evs[0]["pass_at_1"].get("alpha")))
     ax.set(xlabel="step", ylabel="held-out pass@1", title="held-out evaluation", ylim=(-0.02, 1.02))
     ax.legend()
     return _save(fig, path)
 
 
+def _band_label(alpha: Any) -> str:
+    return f"{100 * (1 - alpha):.0f}% task bootstrap" if _finite(alpha) else "task bootstrap"
+
+
 def plot_entropy(results: dict[str, Any], path: Path) -> Path | None:
     """Policy entropy on trained policy tokens and the sampler NLL (entropy estimate on all tokens)."""
-    curves = [(k, *_series(results["steps"], k)) for k in ("entropy", "sampler_nll")]
+    curves = [(k, *_series(results.get("steps") or [], k)) for k in ("entropy", "sampler_nll")]
     curves = [c for c in curves if c[1]]
     if not curves:
         return None
@@ -83,16 +98,17 @@ def plot_entropy(results: dict[str, Any], path: Path) -> Path | None:
 
 def plot_tool_stats(results: dict[str, Any], path: Path, before: str = "before", after: str = "after") -> Path | None:
     """Grouped bars of each tool statistic (per episode) in the before and after evaluations."""
-    by_label = {e["label"]: e["tool_stats"] for e in results["evaluations"]}
-    b, a = by_label.get(before, {}), by_label.get(after, {})
-    keys = sorted(k for k in set(b) | set(a) if b.get(k) is not None or a.get(k) is not None)
+    by_label = {e.get("label"): e.get("tool_stats") or {} for e in results.get("evaluations") or []}
+    b = {k: float(v) for k, v in by_label.get(before, {}).items() if _finite(v)}
+    a = {k: float(v) for k, v in by_label.get(after, {}).items() if _finite(v)}
+    keys = sorted(set(b) | set(a))
     if not keys:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6.4, 0.5 * len(keys) + 2), 4.4))
     idx = range(len(keys))
-    ax.bar([i - 0.2 for i in idx], [b.get(k) or 0.0 for k in keys], width=0.4, label=before)
-    ax.bar([i + 0.2 for i in idx], [a.get(k) or 0.0 for k in keys], width=0.4, label=after)
+    ax.bar([i - 0.2 for i in idx], [b.get(k, 0.0) for k in keys], width=0.4, label=before)
+    ax.bar([i + 0.2 for i in idx], [a.get(k, 0.0) for k in keys], width=0.4, label=after)
     ax.set_xticks(list(idx), keys, rotation=45, ha="right", fontsize=8)
     ax.set(ylabel="per episode", title="tool statistics, held-out")
     ax.legend()

@@ -9,6 +9,7 @@ step count are small enough for `agentrl train` with no arguments to finish on a
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,7 +49,8 @@ class RLConfig:
     sampler: Literal["hf", "fast"] = _f("hf", "Token sampler: hf (batched HF generate) | fast (static KV cache + CUDA "
                                               "graphs, Qwen3/Qwen2/Llama; see agentrl.rollout.fast_sampler).")
     temperature: float = _f(1.0, "Sampling temperature; the trainer divides its logits by the same value.")
-    top_k: int | None = _f(None, "Top-k sampling (None = off, the default: sampler distribution = trained policy).")
+    top_k: int | None = _f(None, "Top-k sampling: keep the k most likely tokens. Off unless given (leave the flag "
+                                 "out; then the sampler distribution equals the trained policy).")
     top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off.")
     # -- loss and update
     adv_mode: AdvMode = _f("grpo", "Advantage estimator: grpo | dr_grpo | rloo | none (see agentrl.rl.advantages).")
@@ -85,6 +87,7 @@ class RLConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field and what was expected."""
+        self._validate_types()
         positive = ("max_turns", "group_size", "prompts_per_step", "max_new_tokens", "gen_batch", "epochs",
                     "minibatches", "micro", "logprob_chunk_rows", "eval_n", "n_boot", "max_context_tokens")
         for name in positive:
@@ -112,6 +115,27 @@ class RLConfig:
         if self.minibatches > rows:
             raise ValueError(f"RLConfig.minibatches: {self.minibatches} minibatches need at least as many "
                              f"episodes per step, got prompts_per_step*group_size = {rows}")
+
+    def _validate_types(self) -> None:
+        """Each field has its default's type: bool for flags, an int (not bool/float) for counts, a finite
+        int/float for real numbers (no NaN/inf), str for names; top_k an int or None."""
+        for f in dataclasses.fields(self):
+            v, d = getattr(self, f.name), f.default
+            if f.name == "top_k":
+                ok, expected = v is None or type(v) is int, "an integer or None"
+            elif isinstance(d, bool):
+                ok, expected = isinstance(v, bool), "true or false"
+            elif isinstance(d, int):
+                ok, expected = type(v) is int, "an integer"
+            elif isinstance(d, float):
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                expected = "a finite number"
+            elif isinstance(d, str):
+                ok, expected = isinstance(v, str), "a string"
+            else:
+                continue
+            if not ok:
+                raise ValueError(f"RLConfig.{f.name}: expected {expected}, got {v!r}")
 
     def _validate_floats(self) -> None:
         checks = {

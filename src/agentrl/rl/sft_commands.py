@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from agentrl.io.cli_checks import positive_int
 from agentrl.rl.sft import SFTConfig
 
 log = logging.getLogger("agentrl.sft")
@@ -58,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
     p.add_argument("--model", default=d.model, help="tiny-qwen3 | small-qwen3 | local folder | HF id in the cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
-    p.add_argument("--n-tasks", type=int, default=d.n_tasks, help="expert episodes (one per task)")
+    p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
     p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
     p.add_argument("--split", default=d.split, choices=("train", "heldout"))
     p.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
@@ -118,6 +119,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     Raises:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
     """
+    from agentrl.io.cli_checks import prepare_output_dir
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.sft import policy_nll, save_policy, sft
@@ -125,14 +127,19 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.rl.update import enable_gradient_checkpointing
     from agentrl.rollout.models import load_policy
 
-    out = Path(run.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if not run.from_jsonl and run.n_tasks < 1:
+        raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
+    if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():
+        raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
+    out = prepare_output_dir(run.out, "--out")
     setup_logging(out / "sft.log")
     t0 = time.perf_counter()
     device = _device(run.device)
     # fp32 master weights always; bfloat16 means autocast (SFTConfig.autocast_bf16).
     model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed)
     trajs = _trajectories(run, cfg, tok)
+    if not trajs:
+        raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
     data_s = time.perf_counter() - t0
     if run.save_jsonl:
         save_trajectories(trajs, run.save_jsonl)

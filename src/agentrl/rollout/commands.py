@@ -50,8 +50,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=d.model, help="tiny-qwen3 | local folder | HF id in the local cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
     p.add_argument("--env", default=d.env, help="environment name (default coding-tools)")
+    from agentrl.io.cli_checks import positive_int
+
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+        kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name))
     p.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default=d.device)
     p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
@@ -94,6 +97,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     Raises:
         TitoMismatch: the template's rendering differs from the token path.
         agentrl.envs.EnvCheckError: the environment fails its checker.
+        ValueError: cfg.episodes < 1.
     """
     from agentrl.chat.tito import assert_tito_consistent
     from agentrl.envs import check_env
@@ -101,6 +105,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     from agentrl.rollout.models import load_policy
     from agentrl.rollout.sampler import SamplingConfig
 
+    if cfg.episodes < 1:
+        raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
     model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer)
     pairs, _ = _envs_and_tasks(cfg)

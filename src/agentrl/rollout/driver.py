@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.chat.parse import check_call, parse_tool_calls
 from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TurnFormat, assert_tito_consistent, observation_ids, turn_format
-from agentrl.envs.base import Env, Observation, ToolResult
+from agentrl.envs.base import Env, Observation, ToolCall, ToolResult
 from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
 from agentrl.rollout.trajectory import Trajectory, Turn
 from agentrl.tasks.task import Task
@@ -116,9 +116,16 @@ class _Driver:
         )
 
     def parse(self, ep: _Episode, sample: Sample):
+        """(turn text, checked calls, final text). A parser failure never ends the run: the turn becomes
+        one malformed "parser_error" call, so the env answers it like any other malformed call."""
         text = _turn_text(self.tok, sample, self.fmt)
-        calls, final = parse_tool_calls(text, max_calls=self.cfg.max_calls, hit_token_limit=sample.hit_token_limit)
-        return text, [check_call(c, ep.obs.tools) for c in calls], final
+        try:
+            calls, final = parse_tool_calls(text, max_calls=self.cfg.max_calls,
+                                            hit_token_limit=sample.hit_token_limit)
+            return text, [check_call(c, ep.obs.tools) for c in calls], final
+        except Exception as e:  # noqa: BLE001 - a parser bug on model output is recorded, never a crash
+            why = f"parser_error: {type(e).__name__}: {str(e)[:200]}"
+            return text, [ToolCall(name="", arguments={}, raw=text, malformed=why)], ""
 
     def record(self, ep: _Episode, sample: Sample, text: str, calls, results, obs_ids: list[int]) -> None:
         ep.completion += list(sample.ids) + obs_ids

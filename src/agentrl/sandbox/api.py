@@ -102,6 +102,30 @@ class TestJob:
     setup: str = ""
     timeout_s: float | None = None
 
+    def __post_init__(self) -> None:
+        """Reject wrongly typed fields up front (TypeError naming the field).
+
+        A str for `tests` would otherwise be graded character by character, and a `module` that is not
+        one of `files` would grade whatever importable module has that name (e.g. the stdlib's `os`).
+        A list of tests is accepted and stored as a tuple.
+        """
+        if not isinstance(self.files, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.files.items()):
+            raise TypeError(f"TestJob.files: expected a dict of str path -> str text, got {_describe(self.files)}")
+        if isinstance(self.tests, (str, bytes)) or not isinstance(self.tests, (tuple, list)):
+            raise TypeError(f"TestJob.tests: expected a tuple of test source strings, got {_describe(self.tests)}")
+        if not all(isinstance(t, str) for t in self.tests):
+            raise TypeError("TestJob.tests: every test must be a str of Python source")
+        object.__setattr__(self, "tests", tuple(self.tests))
+        if not isinstance(self.setup, str):
+            raise TypeError(f"TestJob.setup: expected a str, got {_describe(self.setup)}")
+        if not isinstance(self.module, str):  # its syntax is checked by Sandbox.run_tests (ValueError)
+            raise TypeError(f"TestJob.module: expected a str module name, got {_describe(self.module)}")
+        stem = self.module.replace(".", "/")
+        if self.files and f"{stem}.py" not in self.files and f"{stem}/__init__.py" not in self.files:
+            raise ValueError(f"TestJob.module: {self.module!r} is not one of files "
+                             f"({', '.join(sorted(self.files)) or 'none'}); the job would grade another module")
+
 
 @dataclass(frozen=True)
 class TestOutcome:
@@ -145,3 +169,7 @@ class TestReport:
     @property
     def all_passed(self) -> bool:
         return self.total > 0 and self.passed == self.total
+
+
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]

@@ -135,10 +135,12 @@ def cmd_show(args) -> int:
 
 def cmd_export(args) -> int:
     """Write tasks as JSONL; prints the count and path."""
+    from agentrl.io.cli_checks import check_output_file
     from agentrl.tasks.generate import heldout_tasks
     from agentrl.tasks.jsonl import save_tasks
     from agentrl.tasks.rename import randomize_names
 
+    check_output_file(args.out, "--out")  # before generating: a bad path fails fast, names the flag
     if args.heldout_set:
         tasks = heldout_tasks(seed=args.seed) if args.families is None else \
             heldout_tasks(families=_families(args.families), seed=args.seed)

@@ -92,9 +92,15 @@ def task_from_dict(data: object, where: str = "task") -> Task:
 
 
 def save_tasks(tasks: Iterable[Task], path: str | os.PathLike) -> int:
-    """Write `tasks` to `path` as JSONL (UTF-8, one task a line), atomically; returns the count written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write `tasks` to `path` as JSONL (UTF-8, one task a line), atomically; returns the count written.
+
+    The temporary file lives next to `path` and is renamed over it. Raises ValueError (naming `path`,
+    before anything is written) if `path` is a directory, lies under a file, or its directory cannot
+    be created or written.
+    """
+    from agentrl.io.cli_checks import check_output_file
+
+    path = check_output_file(path, "task file")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     n = 0
     try:

@@ -1,0 +1,92 @@
+"""Up-front checks of command-line output paths and counts, raising clear ValueErrors. Not the writers.
+
+The CLI maps ValueError to a one-line "agentrl <cmd>: error: ..." (exit 2), so each message names the
+flag, the path and what was expected instead of surfacing an OSError traceback from deep in a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def _existing_file_ancestor(path: Path) -> Path | None:
+    """The first ancestor of `path` that exists and is not a directory (so `path` cannot be created)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path(path.anchor or ".")
+
+
+def _reject_dot_names(path: Path, flag: str) -> None:
+    if str(path) in ("", ".") or path.name in ("", ".", ".."):
+        raise ValueError(f"{flag} {str(path)!r} names the current or a parent directory, not a new output; "
+                         f"pass a path such as runs/NAME")
+
+
+def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Check that `path` can be (or is) an output directory and create it; returns it as a Path.
+
+    Raises:
+        ValueError: `path` is "." / ".." / empty, is an existing file, lies under a file, or cannot be
+            created or written (permission, read-only or virtual file system); the message names `flag`
+            and `path`.
+    """
+    p = Path(path)
+    _reject_dot_names(p, flag)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a file; expected a directory")
+    blocker = _existing_file_ancestor(p)
+    if blocker is not None:
+        raise ValueError(f"{flag} {str(p)!r} is under the file {str(blocker)!r}; expected a directory path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {str(p)!r}: cannot create the directory ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: directory is not writable")
+    return p
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Check that `path` names a file that can be written (its parent is created); returns it as a Path.
+
+    Nothing is written at `path` itself, and no temporary file is made anywhere.
+
+    Raises:
+        ValueError: `path` is "." / ".." / empty, an existing directory, under a file, or its parent
+            cannot be created or written; the message names `flag` and `path`.
+    """
+    p = Path(path)
+    _reject_dot_names(p, flag)
+    if p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file path such as {str(p / 'tasks.jsonl')!r}")
+    blocker = _existing_file_ancestor(p)
+    if blocker is not None:
+        raise ValueError(f"{flag} {str(p)!r} is under the file {str(blocker)!r}; expected a path in a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {str(p)!r}: cannot create its directory ({e.strerror or e})") from None
+    if not os.access(_nearest_existing(p.parent), os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: directory {str(p.parent)!r} is not writable")
+    return p
+
+
+def positive_int(text: str) -> int:
+    """argparse `type=` for counts that must be >= 1; raises argparse.ArgumentTypeError otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value

@@ -1,0 +1,102 @@
+"""Output-path and count checks for CLI flags: clear ValueErrors, nothing written outside the path."""
+
+import argparse
+import os
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.io.cli_checks import check_output_file, positive_int, prepare_output_dir
+from agentrl.tasks import load_tasks, make_tasks, save_tasks
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    return f
+
+
+def _unwritable_dir():
+    """A directory path that cannot be created (sysfs refuses mkdir even for root)."""
+    return "/sys/agentrl_qa_out" if os.path.isdir("/sys/kernel") else None
+
+
+def test_prepare_output_dir_rejects_every_bad_kind(tmp_path, a_file, monkeypatch):
+    with pytest.raises(ValueError, match="is a file; expected a directory"):
+        prepare_output_dir(a_file)
+    with pytest.raises(ValueError, match="is under the file"):
+        prepare_output_dir(a_file / "sub" / "deeper")
+    monkeypatch.chdir(tmp_path)
+    for dots in (".", "..", "runs/..", ""):
+        with pytest.raises(ValueError, match="current or a parent directory"):
+            prepare_output_dir(dots)
+    if _unwritable_dir():
+        with pytest.raises(ValueError, match="cannot create the directory"):
+            prepare_output_dir(_unwritable_dir())
+    assert prepare_output_dir(tmp_path / "new" / "run").is_dir()
+
+
+def test_check_output_file_rejects_every_bad_kind(tmp_path, a_file):
+    with pytest.raises(ValueError, match="is a directory; expected a file path"):
+        check_output_file(tmp_path)
+    with pytest.raises(ValueError, match="is under the file"):
+        check_output_file(a_file / "x.jsonl")
+    with pytest.raises(ValueError, match="current or a parent directory"):
+        check_output_file(".")
+    if _unwritable_dir():
+        with pytest.raises(ValueError, match="cannot create its directory"):
+            check_output_file(_unwritable_dir() + "/x.jsonl")
+    assert check_output_file(tmp_path / "d" / "x.jsonl") == tmp_path / "d" / "x.jsonl"
+    assert (tmp_path / "d").is_dir() and not (tmp_path / "d" / "x.jsonl").exists()
+
+
+def test_save_tasks_to_a_directory_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "outdir"
+    target.mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        save_tasks(make_tasks(2), target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outdir"] and not any(target.iterdir())
+
+
+def test_tasks_export_bad_out_is_a_one_line_error(tmp_path, a_file, capsys):
+    (tmp_path / "d").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for bad, why in ((tmp_path / "d", "is a directory"), (a_file / "x.jsonl", "is under the file")):
+        assert main(["tasks", "export", "--n", "2", "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("agentrl tasks: error: --out") and why in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temp file left in the parent
+    assert main(["tasks", "export", "--n", "2", "--out", str(tmp_path / "ok.jsonl")]) == 0
+    assert len(load_tasks(tmp_path / "ok.jsonl")) == 2
+
+
+def test_sft_bad_out_and_zero_tasks_are_clear_errors(tmp_path, a_file, capsys):
+    for bad, why in ((a_file, "is a file"), (a_file / "sub", "is under the file"), (".", "current or a parent")):
+        assert main(["sft", "--out", str(bad), "--device", "cpu", "--n-tasks", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "agentrl sft: error: --out" in err and why in err
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    assert main(["sft", "--model", str(model_dir), "--out", str(model_dir), "--device", "cpu"]) == 2
+    assert "is the --model folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "--n-tasks", "0", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2 and "expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_smoke_zero_episodes_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["smoke", "--episodes", "0"])
+    assert e.value.code == 2 and "--episodes" in capsys.readouterr().err
+    from agentrl.rollout.commands import SmokeConfig, run_smoke
+
+    with pytest.raises(ValueError, match="episodes >= 1"):
+        run_smoke(SmokeConfig(episodes=0))
+
+
+def test_positive_int():
+    assert positive_int("3") == 3
+    for bad in ("0", "-1", "x", "2.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
