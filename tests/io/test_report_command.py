@@ -1,6 +1,6 @@
 import logging
 
-from conftest import build_synthetic
+from synthetic_results import build_synthetic
 
 from agentrl.cli import main
 from agentrl.io.commands import summary_rows

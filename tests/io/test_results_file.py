@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import AFTER, BEFORE, build_synthetic  # noqa: F401
+from synthetic_results import AFTER, BEFORE, build_synthetic  # noqa: F401
 
 from agentrl.io.results import RunResults, atomic_write_json, to_json_ready, validate_results
 
