@@ -45,6 +45,21 @@ QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def resolve_model_dir(name_or_path: str | os.PathLike) -> str | os.PathLike:
+    """An agentrl checkpoint folder (`runs/x/checkpoints/step_N`, which holds `model/` beside
+    `meta.json` and the optimizer state) -> its `model/` subfolder; anything else is returned unchanged.
+
+    A folder that has its own config.json is a model folder and is never redirected.
+    """
+    p = Path(name_or_path).expanduser()
+    if p.is_dir() and not (p / "config.json").is_file() and (p / "model").is_dir():
+        return p / "model"
+    return name_or_path
+
+
 def _torch_dtype(dtype: str):
     import torch
 
@@ -62,6 +77,11 @@ def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = Fa
     """
     from transformers import AutoTokenizer
 
+    local = Path(name_or_path).expanduser()
+    if local.is_dir() and not any((local / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"folder {str(local)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); pass the tokenizer "
+            f"folder with --tokenizer / tokenizer_path, or a model folder saved together with its tokenizer")
     try:
         tok = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=not allow_download)
     except (OSError, ValueError) as e:
@@ -117,7 +137,8 @@ def load_policy(
     """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
 
     Args:
-        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a folder with config + weights, or a hub id ("Qwen/Qwen3-0.6B").
+        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a folder with config + weights, an agentrl
+            checkpoint folder (`.../checkpoints/step_N`: its `model/` is loaded), or a hub id ("Qwen/Qwen3-0.6B").
         dtype: "float32" (default: the sampler's and trainer's log-probs agree), "bfloat16", "float16".
         device: torch device string.
         allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
@@ -146,6 +167,12 @@ def load_policy(
         p = Path(name_or_path).expanduser()
         if str(name_or_path).startswith((".", "/", "~")) and not p.exists():
             raise FileNotFoundError(f"model path {str(p)!r} does not exist")
+        name_or_path = resolve_model_dir(name_or_path)  # a checkpoint dir -> its model/ subfolder
+        p = Path(name_or_path).expanduser()
+        if p.is_dir() and not (p / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model folder {str(p)!r} has no config.json; expected a folder written by save_pretrained, "
+                f"or an agentrl checkpoint folder (checkpoints/step_N, which holds model/)")
         tok = load_tokenizer(tokenizer_path or name_or_path, allow_download=allow_download)
         try:
             model = AutoModelForCausalLM.from_pretrained(
