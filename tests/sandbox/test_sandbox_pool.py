@@ -41,7 +41,12 @@ def test_repeated_batches_keep_the_same_workers_and_never_fail(pooled):
     # worker; workers started in a batch's executor threads were SIGKILLed when the batch ended,
     # and about 1 batch in 10 surfaced "sandbox failure: [Errno 32] Broken pipe".
     _assert_all_graded(pooled.run_tests_batch([JOB] * 8), 8)
-    time.sleep(0.2)  # a death signal sent when the batch's threads exited has landed by now
+    # The batch starts a second worker only if its threads overlapped; fill any slot it left
+    # empty from another short-lived thread, so that both workers outlived their starting thread.
+    filler = threading.Thread(target=pooled.warm)
+    filler.start()
+    filler.join()
+    time.sleep(0.2)  # a death signal sent when the starting threads exited has landed by now
     first = _worker_pids(pooled)
     assert len(first) == 2
     for _ in range(40):
@@ -67,15 +72,20 @@ def test_session_started_in_a_short_lived_thread_keeps_its_state(pooled):
 
 
 def test_jobs_handed_to_killed_or_dying_workers_are_redispatched_once(pooled):
-    pooled.warm()
     for _ in range(5):
+        # Workers start lazily: a batch whose threads never overlap (one starved under load) is
+        # served by one replacement, so warm() up front is what makes "both slots full" certain.
+        pooled.warm()
         old = _worker_pids(pooled)
         assert len(old) == 2
         for pid in old:  # no wait: the pool may still see a dying worker as alive
             os.killpg(pid, signal.SIGKILL)
         _assert_all_graded(pooled.run_tests_batch([JOB] * 6), 6)
+        kept = {z.proc.pid for z in pooled._pool._all}
         new = _worker_pids(pooled)
-        assert len(new) == 2 and not new & old
+        # The killed workers were retired (not merely dead), and every worker kept is a live
+        # replacement; how many replacements started depends on how the batch's threads overlapped.
+        assert not kept & old and kept == new and 1 <= len(new) <= 2
 
 
 def test_a_job_that_kills_its_worker_is_retried_once_then_reported(pooled):
