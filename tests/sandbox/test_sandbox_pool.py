@@ -99,3 +99,17 @@ def test_a_job_that_kills_its_worker_is_retried_once_then_reported(pooled):
     after = _worker_pids(pooled)
     assert len(before & after) == 1  # the first worker and its one replacement died; one untouched
     _assert_all_graded(pooled.run_tests_batch([JOB] * 4), 4)  # the pool recovers
+
+
+def test_two_pools_in_one_process_never_kill_each_others_workers(pooled):
+    # Regression: pool slot uids were `base + slot`, so two Sandboxes in one process shared them and
+    # each job's kill(-1) cleanup (rlimit: host PID namespace) SIGKILLed the other pool's worker.
+    with Sandbox(limits=FAST, backend=pooled.backend, max_workers=2) as other:
+        pooled.warm()
+        other.warm()
+        uids = [{z.uid for z in sb._pool._all} for sb in (pooled, other)]
+        assert not uids[0] & uids[1]
+        theirs = _worker_pids(other)
+        _assert_all_graded(pooled.run_tests_batch([JOB] * 4), 4)
+        time.sleep(0.2)  # a SIGKILL sent by a job's cleanup has landed by now
+        assert _worker_pids(other) == theirs

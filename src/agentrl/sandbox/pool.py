@@ -24,8 +24,9 @@ from agentrl.sandbox.process import (
     RESULT_CAP_BYTES,
     Backend,
     Capture,
+    lease_pool_uid,
     make_workdir,
-    next_uid,
+    release_pool_uid,
     spawn_long_lived,
 )
 
@@ -45,9 +46,9 @@ def _zygote_log():
 class Zygote:
     """One warm worker: a sandboxed clean interpreter serving one job at a time over a socket."""
 
-    def __init__(self, backend: Backend, slot: int):
+    def __init__(self, backend: Backend, slot: int, uid: int | None):
         self.backend = backend
-        self.uid = next_uid(slot) if backend.drop_uid else None
+        self.uid = uid
         self.dir = os.path.join(backend.root, f"slot-{slot}")
         os.makedirs(self.dir, mode=0o711, exist_ok=True)
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -172,6 +173,15 @@ class WarmPool:
         self._lock = threading.Lock()
         self._sem = threading.Semaphore(width)
         self._closed = False
+        # One uid per slot, kept across that slot's restarts and unique in this process.
+        self._uids: list[int | None] = [None] * width
+        if backend.drop_uid:
+            try:
+                for slot in range(width):
+                    self._uids[slot] = lease_pool_uid()
+            except RuntimeError:
+                self._release_uids()
+                raise
 
     def warm(self) -> None:
         """Start every worker now (otherwise they start on first use)."""
@@ -212,7 +222,10 @@ class WarmPool:
 
     def _start(self, slot: int) -> Zygote:
         try:
-            z = Zygote(self.backend, slot)
+            uid = self._uids[slot]
+            if uid is None and self.backend.drop_uid:  # close() gave the uids back meanwhile
+                raise ZygoteError("the pool is closed")
+            z = Zygote(self.backend, slot, uid)
         except BaseException:
             with self._lock:
                 self._free_slots.append(slot)
@@ -264,3 +277,10 @@ class WarmPool:
             self._all.clear()
         for z in workers:
             z.close()
+        self._release_uids()
+
+    def _release_uids(self) -> None:
+        uids, self._uids = self._uids, [None] * self.width
+        for uid in uids:
+            if uid is not None:
+                release_pool_uid(uid)

@@ -25,18 +25,42 @@ from agentrl.sandbox.reach import others_can_reach, stage_pytest
 _LAUNCHER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 RESULT_CAP_BYTES = 4 << 20
-# Dedicated unprivileged uids: a per-process block of 256 so that two trainers on one host differ.
-_UID_BASE = 200_000_000 + (os.getpid() % 1_000_000) * 256
+# Dedicated unprivileged uids: a per-process block so that two trainers on one host differ. Within the
+# block, uids [0, _POOL_UIDS) are leased one per pool slot (so that two pools in one process never share
+# a uid: a zygote's kill(-1) after each job would SIGKILL the other pool's worker) and the rest cycle
+# for fresh runs and sessions.
+_UID_BLOCK = 1024
+_POOL_UIDS = 768
+_UID_BASE = 200_000_000 + (os.getpid() % 1_000_000) * _UID_BLOCK
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
+_free_pool_uids = set(range(_POOL_UIDS))
 
 
-def next_uid(slot: int | None = None) -> int:
-    """A dedicated unprivileged uid: `slot` (pool workers, 0..15) or the next of 16..255 (fresh runs)."""
-    if slot is not None:
-        return _UID_BASE + slot % 16
+def next_uid() -> int:
+    """A dedicated unprivileged uid for one fresh run or session (cycles over the block's last 256)."""
     with _uid_lock:
-        return _UID_BASE + 16 + next(_uid_counter) % 240
+        return _UID_BASE + _POOL_UIDS + next(_uid_counter) % (_UID_BLOCK - _POOL_UIDS)
+
+
+def lease_pool_uid() -> int:
+    """A dedicated uid that no other live pool slot of this process holds; give it back with
+    release_pool_uid. Raises RuntimeError when all 768 are leased (Sandboxes left unclosed)."""
+    with _uid_lock:
+        if not _free_pool_uids:
+            raise RuntimeError(f"all {_POOL_UIDS} pool-worker uids of this process are in use: "
+                               "close() Sandboxes that are no longer needed")
+        offset = min(_free_pool_uids)
+        _free_pool_uids.discard(offset)
+    return _UID_BASE + offset
+
+
+def release_pool_uid(uid: int) -> None:
+    """Return a uid from lease_pool_uid (its processes must be gone); unknown uids are ignored."""
+    offset = uid - _UID_BASE
+    if 0 <= offset < _POOL_UIDS:
+        with _uid_lock:
+            _free_pool_uids.add(offset)
 
 
 class _Spawner:

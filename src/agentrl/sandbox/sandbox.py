@@ -94,7 +94,11 @@ class Sandbox:
             raise
         if base != tempfile.gettempdir():
             self._backend.notes.append(f"temp dir {tempfile.gettempdir()} is private; sandbox root is in {base}")
-        self._pool = WarmPool(self._backend, self.max_workers) if warm_pool else None
+        try:
+            self._pool = WarmPool(self._backend, self.max_workers) if warm_pool else None
+        except BaseException:
+            shutil.rmtree(self._root, ignore_errors=True)
+            raise
         self._sessions: list[PythonSession] = []
         self._closed = False
 
