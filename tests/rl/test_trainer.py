@@ -171,6 +171,7 @@ def test_eval_command_writes_an_evaluation(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # ~3 min on an idle 2-core machine; the suite-wide 600 s limit is for hangs
 def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypatch):
     """The README's first command (`agentrl train`, embedded defaults) end to end; only --out differs."""
     monkeypatch.chdir(tmp_path)
