@@ -19,7 +19,7 @@ from agentrl.envs.bash_tool import (
     repo_path,
     returned_files,
 )
-from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
+from agentrl.envs.grading import grade, is_sandbox_failure, source_job
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
@@ -85,12 +85,6 @@ class CodingToolsEnv(ToolEnv):
         self.files: dict[str, str] = {}
         self._read: set[str] = set()
         self._hidden_fraction = 0.0
-
-    @property
-    def sandbox(self) -> Any:
-        if self._sandbox is None:
-            self._sandbox = default_sandbox()
-        return self._sandbox
 
     def _specs(self) -> list[ToolSpec]:
         path = {"type": "string", "description": "Absolute path of the file, e.g. /repo/name.py."}

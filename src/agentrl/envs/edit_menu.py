@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from agentrl.envs.base import ToolCall, ToolResult
-from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, report_lines, source_job
+from agentrl.envs.grading import grade, is_sandbox_failure, report_lines, source_job
 from agentrl.envs.toolenv import ToolEnv, ToolMalformed, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
@@ -53,12 +53,6 @@ class EditMenuEnv(ToolEnv):
         self.source = ""
         self.menu: list[str] = []
         self._hidden_fraction = 0.0
-
-    @property
-    def sandbox(self) -> Any:
-        if self._sandbox is None:
-            self._sandbox = default_sandbox()
-        return self._sandbox
 
     def _specs(self) -> list[ToolSpec]:
         op_names = list(self.menu) if self.menu else []

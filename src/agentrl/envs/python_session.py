@@ -11,7 +11,7 @@ import ast
 import sys
 from typing import Any
 
-from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure
+from agentrl.envs.grading import grade, is_sandbox_failure
 from agentrl.envs.session_grader import hardened_job
 from agentrl.envs.session_grader import parse_quietly as _parse
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
@@ -80,12 +80,6 @@ class PythonSessionEnv(ToolEnv):
         self.cells: list[str] = []
         self._session: Any = None
         self._per_test: tuple[bool, ...] = ()
-
-    @property
-    def sandbox(self) -> Any:
-        if self._sandbox is None:
-            self._sandbox = default_sandbox()
-        return self._sandbox
 
     def _specs(self) -> list[ToolSpec]:
         code = {"type": "string", "description": "Python code to run in the persistent session."}

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 
 from agentrl.envs.base import Env, Observation, ToolCall, ToolResult
+from agentrl.envs.grading import default_sandbox
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
@@ -70,6 +71,15 @@ class ToolEnv(Env):
     (jsonschema Draft 2020-12); a handler raising ToolRejected makes it "failed". Every call uses
     up the turn it is in; after `max_turns` turns the episode is truncated ("out_of_turns").
     """
+
+    _sandbox: Any = None  # set by subclasses that run code; `sandbox` makes a default one on first use
+
+    @property
+    def sandbox(self) -> Any:
+        """The agentrl.sandbox.Sandbox this environment runs code in (shared when injected)."""
+        if self._sandbox is None:
+            self._sandbox = default_sandbox()
+        return self._sandbox
 
     def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = None):
         if max_turns < 1:

@@ -91,7 +91,8 @@ def to_json_ready(obj: Any) -> Any:
     raise TypeError(f"results: cannot store a value of type {type(obj).__name__} in JSON")
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or directory by path (durability of atomic renames)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -113,7 +114,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
     return path
 
 

@@ -22,16 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from agentrl.io.results import fsync_path
+
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 FORMAT_VERSION = 1
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -102,12 +98,12 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
         meta = {"format_version": FORMAT_VERSION, "step": step, "extra": extra or {}}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         for f in sorted(tmp.rglob("*")):
-            _fsync_path(f)
-        _fsync_path(tmp)
+            fsync_path(f)
+        fsync_path(tmp)
         if final.exists():  # re-saving the same step: move the old one aside first
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_path(root)
+        fsync_path(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from agentrl.rollout.sampler import Sample, SamplingConfig
+from agentrl.rollout.sampler import Sample, SamplingConfig, sampling_warpers
 
 _SUPPORTED = ("qwen3", "qwen2", "llama")
 
@@ -157,14 +156,7 @@ class FastSampler:
         self.graphs_on = (self.device.type == "cuda") if use_cuda_graphs is None else bool(use_cuda_graphs)
         if self.graphs_on and self.device.type != "cuda":
             raise ValueError("FastSampler: CUDA graphs need a CUDA model")
-        warpers = []
-        if cfg.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(cfg.temperature))
-        if cfg.top_k:
-            warpers.append(TopKLogitsWarper(cfg.top_k))
-        if cfg.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(cfg.top_p))
-        self.warpers = LogitsProcessorList(warpers)
+        self.warpers = sampling_warpers(cfg)
         self.state: _State | None = None
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.pool = None

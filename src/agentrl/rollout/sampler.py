@@ -60,6 +60,18 @@ class Sample:
     hit_token_limit: bool
 
 
+def sampling_warpers(cfg: SamplingConfig) -> LogitsProcessorList:
+    """HF's temperature / top-k / top-p warpers for `cfg` (empty when sampling the policy as is)."""
+    warpers = []
+    if cfg.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(cfg.temperature))
+    if cfg.top_k:
+        warpers.append(TopKLogitsWarper(cfg.top_k))
+    if cfg.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(cfg.top_p))
+    return LogitsProcessorList(warpers)
+
+
 class SampledLogprobProcessor(LogitsProcessor):
     """Samples the next token itself and records its log-prob; HF `generate` then runs greedily.
 
@@ -73,14 +85,7 @@ class SampledLogprobProcessor(LogitsProcessor):
     """
 
     def __init__(self, cfg: SamplingConfig, prompt_len: int):
-        warpers = []
-        if cfg.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(cfg.temperature))
-        if cfg.top_k:
-            warpers.append(TopKLogitsWarper(cfg.top_k))
-        if cfg.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(cfg.top_p))
-        self.warpers = LogitsProcessorList(warpers)
+        self.warpers = sampling_warpers(cfg)
         self.prompt_len = prompt_len
         self.steps: list[torch.Tensor] = []  # each [B]: log-prob of the token drawn at that step
 
