@@ -100,3 +100,21 @@ def test_positive_int():
     for bad in ("0", "-1", "x", "2.5"):
         with pytest.raises(argparse.ArgumentTypeError):
             positive_int(bad)
+
+
+def test_archive_previous_moves_runs_aside_never_nesting(tmp_path):
+    from agentrl.io.cli_checks import archive_previous
+
+    out = tmp_path / "run"
+    assert archive_previous(out, "results.json") is None  # nothing there
+    out.mkdir()
+    (out / "other.txt").write_text("x")
+    assert archive_previous(out, "results.json") is None  # not a run's output: left alone
+    moved = []
+    for i in range(3):  # three archives within one second get distinct siblings
+        out.mkdir(exist_ok=True)
+        (out / "results.json").write_text(str(i))
+        moved.append(archive_previous(out, "results.json"))
+    assert len(set(moved)) == 3 and all(m.parent == tmp_path for m in moved)
+    assert sorted((m / "results.json").read_text() for m in moved) == ["0", "1", "2"]
+    assert not out.exists()

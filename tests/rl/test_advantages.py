@@ -55,3 +55,15 @@ def test_grpo_is_scale_invariant_per_group():
 def test_bad_input_raises(rewards, g, mode):
     with pytest.raises(ValueError, match="group_advantages"):
         group_advantages(rewards, g, mode)
+
+
+def test_eps_must_be_non_negative_and_lists_are_accepted():
+    import pytest as _pt
+
+    from agentrl.rl.advantages import group_advantages as ga
+
+    for bad in (-1e-4, float("nan"), float("inf"), "0.1"):
+        with _pt.raises(ValueError, match="eps"):
+            ga(torch.tensor([0.0, 1.0]), 2, "grpo", eps=bad)
+    adv, _ = ga([0.0, 1.0, 1.0, 1.0], 2, "dr_grpo")
+    assert adv.tolist() == [-0.5, 0.5, 0.0, 0.0]

@@ -247,3 +247,19 @@ def test_sigterm_marks_the_run_interrupted(tmp_path):
     data = validate_results(out / "results.json")
     assert data["status"] == "interrupted" and "SIGTERM" in data["error"]
     assert data["steps"] and data["steps"][0]["step"] == 0
+
+
+def test_eval_default_out_never_touches_the_training_default():
+    from agentrl.cli import build_parser
+
+    assert build_parser().parse_args(["train"]).out == RLConfig().out == "runs/default"
+    assert build_parser().parse_args(["eval"]).out == "runs/eval"
+
+
+def test_env_and_task_source_mismatch_is_named(tmp_path, capsys):
+    for flags, words in ((["--tasks", "mbpp", "--env", "coding-tools"], "cannot run --tasks mbpp"),
+                         (["--env", "wordle"], "takes Wordle words"),
+                         (["--tasks", "wordle", "--env", "edit-menu"], "edit menu")):
+        assert main(["train", *flags, "--out", str(tmp_path / "m")]) == 2
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import time
 from pathlib import Path
 
 
@@ -30,6 +32,23 @@ def _reject_dot_names(path: Path, flag: str) -> None:
     if str(path) in ("", ".") or path.name in ("", ".", ".."):
         raise ValueError(f"{flag} {str(path)!r} names the current or a parent directory, not a new output; "
                          f"pass a path such as runs/NAME")
+
+
+def archive_previous(out: str | os.PathLike, marker: str) -> Path | None:
+    """Move an earlier run's output folder aside instead of overwriting it; returns where it went.
+
+    `out` counts as an earlier run's output when it holds `marker` (e.g. "results.json"). The folder
+    is renamed to `<out>-prev-<YYYYmmdd-HHMMSS>[-k]` beside it (never nested, never overwritten).
+    """
+    out = Path(out)
+    if not (out / marker).exists():
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, k = out.with_name(f"{out.name}-prev-{stamp}"), 1
+    while dest.exists():  # two archives in one second must not nest
+        dest, k = out.with_name(f"{out.name}-prev-{stamp}-{k}"), k + 1
+    shutil.move(str(out), str(dest))
+    return dest
 
 
 def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:

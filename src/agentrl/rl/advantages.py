@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 ADV_EPS = 1e-4  # TRL GRPOTrainer's epsilon in (r - mean) / (std + eps)
@@ -33,8 +35,12 @@ def group_advantages(
         groups whose rewards are all equal; counted in every mode), adv_abs_mean, num_groups.
 
     Raises:
-        ValueError: rewards not 1-D, length not a multiple of group_size, non-finite rewards, bad mode.
+        ValueError: rewards not 1-D, length not a multiple of group_size, non-finite rewards, bad mode,
+            eps not a finite number >= 0.
     """
+    rewards = torch.as_tensor(rewards)  # a list or numpy array is accepted too
+    if not (isinstance(eps, int | float) and math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"group_advantages: eps must be a finite number >= 0, got {eps!r}")
     if rewards.dim() != 1:
         raise ValueError(f"group_advantages: rewards must be 1-D [B*G], got shape {tuple(rewards.shape)}")
     if mode not in ("grpo", "dr_grpo", "rloo", "none"):

@@ -75,7 +75,7 @@ class RLConfig:
     seed: int = _f(0, "Seed for task sampling, generation, bootstrap and everything else.")
     eval_n: int = _f(4, "Held-out episodes per task before and after training (and per eval-curve point).")
     eval_every: int = _f(0, "Evaluate the fixed held-out set every K steps (0 = only before and after).")
-    n_boot: int = _f(10000, "Bootstrap resamples for task-level confidence intervals.")
+    n_boot: int = _f(10000, "Bootstrap resamples for task-level confidence intervals (at most 1,000,000).")
     alpha: float = _f(0.05, "Interval level: a (1 - alpha) percentile bootstrap interval.")
     out: str = _f("runs/default", "Output directory: results.json, train.log, plots, checkpoints.")
     checkpoint_every: int = _f(0, "Save model, optimizer, RNG and step every N steps (0 = off).")
@@ -97,6 +97,8 @@ class RLConfig:
                      "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
+        if self.n_boot > 1_000_000:  # the resample matrix is n_boot x tasks; beyond this it is memory, not precision
+            raise ValueError(f"RLConfig.n_boot: expected at most 1,000,000 resamples, got {self.n_boot}")
         if self.adv_mode not in ADV_MODES:
             raise ValueError(f"RLConfig.adv_mode: expected one of {ADV_MODES}, got {self.adv_mode!r}")
         if self.adv_mode in ("grpo", "dr_grpo", "rloo") and self.group_size < 2:

@@ -12,7 +12,6 @@ import copy
 import fcntl
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
@@ -54,16 +53,28 @@ def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
     return kw
 
 
-def _archive_previous(out: Path) -> Path | None:
-    """Move an earlier run's output aside (never overwrite results); returns where it went."""
-    if not (out / "results.json").exists():
-        return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    dest, k = out.with_name(f"{out.name}-prev-{stamp}"), 1
-    while dest.exists():  # two archives in one second must not nest
-        dest, k = out.with_name(f"{out.name}-prev-{stamp}-{k}"), k + 1
-    shutil.move(str(out), str(dest))
-    return dest
+# Which task sources each environment can run (bug-fix tasks carry repo files and an edit menu; MBPP and
+# HumanEval carry a problem statement for run_python; Wordle carries a secret word).
+ENV_TASKS = {
+    "edit-menu": "bug-fix tasks with an edit menu (--tasks bugfix or a bug-fix JSONL)",
+    "coding-tools": "bug-fix tasks with repository files (--tasks bugfix or a bug-fix JSONL)",
+    "python-session": "function-writing problems (--tasks mbpp | humaneval, or bugfix)",
+    "wordle": "Wordle words (--tasks wordle)",
+}
+
+
+def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
+    """ValueError naming the supported sources when `env` cannot run the tasks of `tasks`."""
+    sample = (tasks.train or tasks.heldout)[0]
+    ok = {
+        "edit-menu": bool(sample.edit_ops),
+        "coding-tools": sample.source_file in sample.files,
+        "python-session": sample.family != "wordle",
+        "wordle": sample.family == "wordle",
+    }.get(env, True)
+    if not ok:
+        raise ValueError(f"--env {env} cannot run --tasks {tasks.source} (task {sample.id!r}); "
+                         f"it takes {ENV_TASKS[env]}")
 
 
 def _check_out(out: Path) -> None:
@@ -221,6 +232,7 @@ class RunSession:
                           randomize=cfg.randomize_names, seed=cfg.seed)
         if cfg.steps and not tasks.train:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
+        check_env_fits_tasks(cfg.env, tasks)
         out.parent.mkdir(parents=True, exist_ok=True)
         with _exclusive(out), _sigterm_interrupts():
             with cls._started(cfg, out, tasks, sampler) as sess:
@@ -229,10 +241,11 @@ class RunSession:
     @classmethod
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
+        from agentrl.io.cli_checks import archive_previous
         from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.sandbox import Sandbox
 
-        archived = None if cfg.resume else _archive_previous(out)
+        archived = None if cfg.resume else archive_previous(out, "results.json")
         out.mkdir(parents=True, exist_ok=True)
         logger = setup_logging(out / "train.log")
         if archived:

@@ -119,7 +119,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     Raises:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
     """
-    from agentrl.io.cli_checks import prepare_output_dir
+    from agentrl.io.cli_checks import archive_previous, prepare_output_dir
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.sft import policy_nll, save_policy, sft
@@ -131,8 +131,11 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
     if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():
         raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
+    archived = archive_previous(run.out, "sft_summary.json")  # never overwrite an earlier SFT model
     out = prepare_output_dir(run.out, "--out")
     setup_logging(out / "sft.log")
+    if archived:
+        logging.getLogger("agentrl.sft").info("an earlier SFT output in %s was moved to %s", out, archived)
     t0 = time.perf_counter()
     device = _device(run.device)
     # fp32 master weights always; bfloat16 means autocast (SFTConfig.autocast_bf16).

@@ -102,5 +102,6 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
     if randomize:
         train, held = _rename_all(train, seed), _rename_all(held, seed)
     if not held:
-        raise ValueError(f"task source {source!r} has no held-out tasks")
+        raise ValueError(f"task source {source!r} has no held-out tasks; a task file needs tasks whose split is "
+                         "not 'train' (e.g. 'heldout'; see docs/task-schema.md)")
     return TaskSets(tuple(train), tuple(held), source)
