@@ -104,3 +104,16 @@ def test_atomic_write_survives_kill(tmp_path):
     data = json.loads(path.read_text())
     assert data["i"] >= 1 and len(data["pad"]) == 200000
     assert not [p for p in tmp_path.iterdir() if p.name != "big.json" and not p.name.endswith(".tmp")]
+
+
+def test_validate_results_names_the_path_for_binary_files_and_directories(tmp_path):
+    import pytest as _pt
+
+    from agentrl.io.results import validate_results as _v
+
+    bad = tmp_path / "r.json"
+    bad.write_bytes(b"\xff\xfe{}")
+    with _pt.raises(ValueError, match=r"r\.json: not UTF-8"):
+        _v(bad)
+    with _pt.raises(ValueError, match="is a directory"):
+        _v(tmp_path)

@@ -310,10 +310,14 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     import jsonschema
 
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; expected a results file (e.g. {path / 'results.json'})")
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); expected a results JSON file") from e
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(data))

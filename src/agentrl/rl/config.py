@@ -97,8 +97,6 @@ class RLConfig:
                      "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
-        if self.n_boot > 1_000_000:  # the resample matrix is n_boot x tasks; beyond this it is memory, not precision
-            raise ValueError(f"RLConfig.n_boot: expected at most 1,000,000 resamples, got {self.n_boot}")
         if self.adv_mode not in ADV_MODES:
             raise ValueError(f"RLConfig.adv_mode: expected one of {ADV_MODES}, got {self.adv_mode!r}")
         if self.adv_mode in ("grpo", "dr_grpo", "rloo") and self.group_size < 2:
@@ -149,6 +147,8 @@ class RLConfig:
             "weight_decay": (self.weight_decay >= 0, ">= 0"),
             "max_grad_norm": (self.max_grad_norm > 0, "> 0"),
             "alpha": (0.0 < self.alpha < 1.0, "in (0, 1)"),
+            # the resample matrix is n_boot x tasks: beyond this it costs memory, not precision
+            "n_boot": (self.n_boot <= 1_000_000, "at most 1,000,000 resamples"),
         }
         for name, (ok, expected) in checks.items():
             if not ok:
