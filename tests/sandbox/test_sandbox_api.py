@@ -147,3 +147,12 @@ def test_testjob_module_must_be_one_of_files_and_tests_list_becomes_tuple():
     with pytest.raises(ValueError, match="'os' is not one of files"):
         TestJob(files={"fn.py": "x = 1"}, module="os", tests=("assert True",))
     assert TestJob(files={"pkg/m.py": "x = 1"}, module="pkg.m", tests=["assert x == 1"]).tests == ("assert x == 1",)
+
+
+def test_exit_reasons_are_named():
+    from agentrl.sandbox.sandbox import exit_reason
+
+    assert "CPU-time limit" in exit_reason(-24) and "SIGXCPU" in exit_reason(-24)
+    assert "file-size limit" in exit_reason(-25)
+    assert "SIGKILL" in exit_reason(-9)
+    assert exit_reason(3) == "exit code 3" and exit_reason(None) == "exit code None"

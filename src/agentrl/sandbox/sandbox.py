@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import shutil
+import signal
 import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -205,16 +206,30 @@ class Sandbox:
             pass
 
 
+def exit_reason(exit_code: int | None) -> str:
+    """Plain words for a sandboxed child's exit status ("exit code -24" -> the CPU limit, SIGXCPU)."""
+    if exit_code is None or exit_code >= 0:
+        return f"exit code {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        return f"exit code {exit_code}"
+    why = {"SIGXCPU": "CPU-time limit exceeded", "SIGXFSZ": "file-size limit exceeded",
+           "SIGKILL": "killed (wall-clock limit, memory, or the sandbox)", "SIGSEGV": "crashed (segmentation fault)",
+           "SIGABRT": "aborted"}.get(name, "killed by a signal")
+    return f"{why} ({name}, exit code {exit_code})"
+
+
 def _start_error(raw: RawRun, module: str) -> str:
     names = {ev.get("ev") for ev in raw.events}
     tail = raw.stderr.strip()[-800:]
     if raw.error:
         return raw.error
     if "started" not in names:
-        return f"the sandboxed process did not start (exit code {raw.exit_code}): {tail}"
+        return f"the sandboxed process did not start ({exit_reason(raw.exit_code)}): {tail}"
     if raw.timed_out:
         return f"timed out while importing {module!r}"
-    return f"the process ended while importing {module!r} (exit code {raw.exit_code}): {tail}"
+    return f"the process ended while importing {module!r} ({exit_reason(raw.exit_code)}): {tail}"
 
 
 def build_report(raw: RawRun, job: TestJob, run: RunResult) -> TestReport:
@@ -239,7 +254,7 @@ def build_report(raw: RawRun, job: TestJob, run: RunResult) -> TestReport:
             conflict = f"conflicting results for test {i}: the result channel was tampered with"
         got.setdefault(i, TestOutcome(i, s, str(ev.get("msg", ""))))
     missing_status = "timeout" if raw.timed_out or raw.exit_code in (-9, -24) else "error"
-    why = ("timed out" if missing_status == "timeout" else f"process ended (exit code {raw.exit_code})")
+    why = "timed out" if raw.timed_out else f"process ended: {exit_reason(raw.exit_code)}"
     outcomes = tuple(got.get(i) or TestOutcome(i, missing_status, f"no result: {why}") for i in range(n))
     if conflict:
         outcomes = tuple(TestOutcome(o.index, "error", conflict) for o in outcomes)
