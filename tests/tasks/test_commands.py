@@ -61,3 +61,13 @@ def test_check_runs_in_the_sandbox(tmp_path, capsys):
     assert json.loads(path.read_text())["id"] == task.id
     assert main(["tasks", "check", "--file", str(path)]) == 1
     assert "wrong op fix_sign passes every hidden test" in capsys.readouterr().out
+
+
+def test_show_index_past_the_cap_is_refused_at_once(capsys):
+    import time as _time
+
+    from agentrl.cli import main as _main
+
+    t0 = _time.perf_counter()
+    assert _main(["tasks", "show", "--families", "minmax", "--index", "99999"]) == 2
+    assert "expected < 5000" in capsys.readouterr().err and _time.perf_counter() - t0 < 5

@@ -88,6 +88,9 @@ def cmd_list(args) -> int:
     return 0
 
 
+MAX_SHOW_INDEX = 5000  # `tasks show --index` walks a family's stream; past this it is minutes, not a lookup
+
+
 def _find(args):
     """The task named by `args.task_id`, or the `--index`-th of the one family in `--families`."""
     from agentrl.tasks.generate import SPLITS, family_stream, resolve_families
@@ -106,6 +109,9 @@ def _find(args):
     fams = _families(args.families)
     if not fams or len(fams) != 1 or args.index < 0:
         raise ValueError("give a task id, or --families F (one family) with --index I >= 0")
+    if args.index >= MAX_SHOW_INDEX:  # the stream is walked one task at a time (~3.5 ms each)
+        raise ValueError(f"--index {args.index}: expected < {MAX_SHOW_INDEX} (tasks are generated in order; "
+                         "export a larger set with `agentrl tasks export` instead)")
     stream = family_stream(resolve_families(fams)[0], args.seed, args.split)
     for _ in range(args.index):
         next(stream)
