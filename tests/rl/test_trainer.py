@@ -263,3 +263,17 @@ def test_env_and_task_source_mismatch_is_named(tmp_path, capsys):
         assert main(["train", *flags, "--out", str(tmp_path / "m")]) == 2
         assert words in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_wordle_training_envs_get_the_word_list():
+    from agentrl.envs import ToolCall, make_env
+    from agentrl.rl.session import env_kwargs
+    from agentrl.tasks.words import wordle_tasks
+
+    kw = env_kwargs(RLConfig(env="wordle", tasks="wordle"), sandbox=None)
+    env = make_env("wordle", **kw)
+    secret = wordle_tasks(split="heldout")[0]
+    env.reset(secret, seed=0)
+    assert env.step([ToolCall("guess", {"word": "zzzzz"})])[0].status == "failed"  # not a word: refused
+    assert env.step([ToolCall("guess", {"word": secret.id.removeprefix("wordle-")})])[0].status == "ok"
+    assert env.reward() == 1.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -45,11 +46,22 @@ def resolve_device(device: str) -> str:
     return device
 
 
+@functools.cache
+def _wordle_words() -> frozenset[str]:
+    """The default Wordle dictionary, loaded once per process (guesses outside it are rejected)."""
+    from agentrl.tasks.words import load_words
+
+    return frozenset(load_words())
+
+
 def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
-    """Constructor arguments of `cfg.env` (max_edits exists in edit-menu only)."""
+    """Constructor arguments of `cfg.env` (max_edits exists in edit-menu only; Wordle gets its word
+    list, so a guess that is not a word is refused as in the real game)."""
     kw: dict[str, Any] = {"sandbox": sandbox, "max_turns": cfg.max_turns}
     if cfg.env == "edit-menu":
         kw["max_edits"] = cfg.max_edits
+    if cfg.env == "wordle":
+        kw["words"] = _wordle_words()
     return kw
 
 
