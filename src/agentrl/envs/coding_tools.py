@@ -19,8 +19,7 @@ from agentrl.envs.bash_tool import (
     repo_path,
     returned_files,
 )
-from agentrl.envs.grading import grade, is_sandbox_failure, source_job
-from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
+from agentrl.envs.toolenv import SourceGradedEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -62,7 +61,7 @@ def public_test_file(task: Task) -> str:
     return "\n".join(body).rstrip() + "\n"
 
 
-class CodingToolsEnv(ToolEnv):
+class CodingToolsEnv(SourceGradedEnv):
     """Read/Edit/Write/Bash over an in-memory repository holding `<fn>.py` and `test_<fn>.py`.
 
     Rules: a file must be Read before an Edit or an overwriting Write; an Edit fails when old_string
@@ -236,11 +235,7 @@ class CodingToolsEnv(ToolEnv):
 
     def _score(self) -> float:
         assert self.task is not None
-        source = self.files.get(self.task.source_file)
-        report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
-        self._hidden_fraction = report.fraction
-        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
-        return 1.0 if report.all_passed and source is not None else 0.0
+        return self._grade_source(self.files.get(self.task.source_file))
 
     def final_answer(self, text: str) -> None:
         """Record the final answer and whether it claims the tests pass (stat claims_tests_pass)."""
@@ -248,12 +243,6 @@ class CodingToolsEnv(ToolEnv):
             self._bump("claims_tests_pass")
         super().final_answer(text)
 
-    def stats(self) -> dict[str, float]:
-        out = super().stats()
-        if self.done:
-            self.reward()
-            out["hidden_pass_fraction"] = self._hidden_fraction
-        return out
 
 
 def posixpath_basename(path: str) -> str:

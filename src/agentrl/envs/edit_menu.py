@@ -11,8 +11,8 @@ import random
 from typing import Any
 
 from agentrl.envs.base import ToolCall, ToolResult
-from agentrl.envs.grading import grade, is_sandbox_failure, report_lines, source_job
-from agentrl.envs.toolenv import ToolEnv, ToolMalformed, ToolRejected, ToolSpec, object_schema
+from agentrl.envs.grading import report_lines, source_job
+from agentrl.envs.toolenv import SourceGradedEnv, ToolMalformed, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -30,7 +30,7 @@ def seed_for(task: Task, seed: int | None) -> int:
     return int.from_bytes(hashlib.sha256(task.id.encode()).digest()[:8], "big")
 
 
-class EditMenuEnv(ToolEnv):
+class EditMenuEnv(SourceGradedEnv):
     """Edit-menu episodes over bug-fix tasks with authored `edit_ops`.
 
     Tools: `read_file()`, `edit(op)`, `run_tests()`, `submit()`. The menu (op names only, order
@@ -127,15 +127,4 @@ class EditMenuEnv(ToolEnv):
         return "Submitted."
 
     def _score(self) -> float:
-        assert self.task is not None
-        report = grade(self.sandbox, source_job(self.task, self.source, self.task.hidden_tests))
-        self._hidden_fraction = report.fraction
-        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
-        return 1.0 if report.all_passed else 0.0
-
-    def stats(self) -> dict[str, float]:
-        out = super().stats()
-        if self.done:
-            self.reward()
-            out["hidden_pass_fraction"] = self._hidden_fraction
-        return out
+        return self._grade_source(self.source)

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 
 from agentrl.envs.base import Env, Observation, ToolCall, ToolResult
-from agentrl.envs.grading import default_sandbox
+from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
@@ -235,3 +235,28 @@ def schema_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where + ': ' if where else ''}{error.message}"
+
+
+class SourceGradedEnv(ToolEnv):
+    """A bug-fix environment whose reward is 1.0 iff its final source file passes every hidden test.
+
+    Subclasses call `_grade_source(text)` from `_score`; the fraction of hidden tests passed is
+    reported in `stats()["hidden_pass_fraction"]` once the episode is done.
+    """
+
+    _hidden_fraction: float = 0.0
+
+    def _grade_source(self, source: str | None) -> float:
+        """Grade `source` (None: the file is gone) on the task's hidden tests in the sandbox."""
+        assert self.task is not None
+        report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
+        self._hidden_fraction = report.fraction
+        self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
+        return 1.0 if report.all_passed and source is not None else 0.0
+
+    def stats(self) -> dict[str, float]:
+        out = super().stats()
+        if self.done:
+            self.reward()
+            out["hidden_pass_fraction"] = self._hidden_fraction
+        return out
