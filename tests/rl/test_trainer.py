@@ -209,6 +209,15 @@ def test_bad_run_setup_is_refused_before_an_earlier_run_is_touched(tmp_path, cap
     assert "not a directory" in capsys.readouterr().err
 
 
+def test_out_dot_never_archives_the_working_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results.json").write_text("{}")
+    for out in (".", "..", "./"):
+        assert main(["train", "--out", out]) == 2
+        assert "current or a parent directory" in capsys.readouterr().err
+    assert (tmp_path / "results.json").exists() and list(tmp_path.parent.glob(f"{tmp_path.name}-prev-*")) == []
+
+
 def test_a_second_job_on_the_same_out_is_refused(tmp_path):
     from agentrl.rl.session import _exclusive
 

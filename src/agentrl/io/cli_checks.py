@@ -51,13 +51,12 @@ def archive_previous(out: str | os.PathLike, marker: str) -> Path | None:
     return dest
 
 
-def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
-    """Check that `path` can be (or is) an output directory and create it; returns it as a Path.
+def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Check, without creating anything, that `path` is or can become a writable output directory.
 
     Raises:
-        ValueError: `path` is "." / ".." / empty, is an existing file, lies under a file, or cannot be
-            created or written (permission, read-only or virtual file system); the message names `flag`
-            and `path`.
+        ValueError: `path` is "." / ".." / empty, is an existing file, lies under a file, or its nearest
+            existing ancestor is not writable; the message names `flag` and `path`.
     """
     p = Path(path)
     _reject_dot_names(p, flag)
@@ -65,7 +64,22 @@ def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
         raise ValueError(f"{flag} {str(p)!r} is a file; expected a directory")
     blocker = _existing_file_ancestor(p)
     if blocker is not None:
-        raise ValueError(f"{flag} {str(p)!r} is under the file {str(blocker)!r}; expected a directory path")
+        raise ValueError(f"{flag} {str(p)!r} is under the file {str(blocker)!r}, which is not a directory; "
+                         "expected a directory path")
+    base = _nearest_existing(p)
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: {str(base)!r} is not writable")
+    return p
+
+
+def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`check_output_dir`, then create the directory; returns it as a Path.
+
+    Raises:
+        ValueError: as `check_output_dir`, or the directory cannot be created or written (permission,
+            read-only or virtual file system); the message names `flag` and `path`.
+    """
+    p = check_output_dir(path, flag)
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:

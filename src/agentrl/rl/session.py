@@ -89,17 +89,6 @@ def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
                          f"it takes {ENV_TASKS[env]}")
 
 
-def _check_out(out: Path) -> None:
-    """ValueError unless `out` is (or can become) a writable directory."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; expected a directory")
-    parent = next((p for p in (out, *out.parents) if p.exists()), None)
-    if parent is None or not parent.is_dir():
-        raise ValueError(f"--out {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: {parent} is not writable")
-
-
 @contextlib.contextmanager
 def _exclusive(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on `out` for the run (a lock file beside it, so archiving cannot move it).
@@ -233,12 +222,12 @@ class RunSession:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
         """
         from agentrl.envs import ENV_NAMES
+        from agentrl.io.cli_checks import check_output_dir
 
         cfg.validate()
         if cfg.env not in ENV_NAMES:
             raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(ENV_NAMES)}")
-        out = Path(cfg.out).expanduser().resolve()
-        _check_out(out)
+        out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
         resolve_device(cfg.device)
         tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
                           randomize=cfg.randomize_names, seed=cfg.seed)
