@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -50,20 +49,6 @@ class EvalResult:
             d["successes"] += int(s)
             d["trials"] += self.trials
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form for the results file."""
-        return {
-            "task_ids": self.task_ids,
-            "families": self.families,
-            "successes": self.successes,
-            "trials": self.trials,
-            "mean_reward": self.mean_reward,
-            "pass_at_1": self.pass_at_1,
-            "ci": list(self.ci),
-            "tool_stats": self.tool_stats,
-            "transcripts": self.transcripts,
-        }
 
 
 def mean_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
