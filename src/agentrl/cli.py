@@ -19,7 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.chat.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
-    "agentrl.rl.sft_commands",
+    "agentrl.sft.commands",
     "agentrl.rl.commands",
 )
 

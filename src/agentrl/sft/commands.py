@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.io.cli_checks import positive_int
-from agentrl.rl.sft import SFTConfig
+from agentrl.sft.trainer import SFTConfig
 
 log = logging.getLogger("agentrl.sft")
 
@@ -96,7 +96,7 @@ def _device(name: str) -> str:
 
 
 def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
-    from agentrl.rl.sft_data import expert_trajectories, load_trajectories
+    from agentrl.sft.data import expert_trajectories, load_trajectories
 
     if run.from_jsonl:
         return load_trajectories(run.from_jsonl, tok)
@@ -122,10 +122,10 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.io.cli_checks import archive_previous, prepare_output_dir
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
-    from agentrl.rl.sft import policy_nll, save_policy, sft
-    from agentrl.rl.sft_data import save_trajectories
     from agentrl.rl.update import enable_gradient_checkpointing
     from agentrl.rollout.models import load_policy
+    from agentrl.sft.data import save_trajectories
+    from agentrl.sft.trainer import policy_nll, save_policy, sft
 
     if not run.from_jsonl and run.n_tasks < 1:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")

@@ -10,15 +10,15 @@ import pytest
 from agentrl.chat.template import observation_messages, render_text
 from agentrl.chat.tito import TurnFormat, turn_format
 from agentrl.paths import resolve_asset
-from agentrl.rl.sft import SFTConfig, lr_factor, policy_nll, save_policy, sft
-from agentrl.rl.sft_data import (
+from agentrl.rollout.models import load_policy, load_tokenizer
+from agentrl.sft.data import (
     check_trajectory_rendering,
     expert_trajectories,
     load_trajectories,
     messages_trajectory,
     save_trajectories,
 )
-from agentrl.rollout.models import load_policy, load_tokenizer
+from agentrl.sft.trainer import SFTConfig, lr_factor, policy_nll, save_policy, sft
 
 TEMPLATES = ("qwen3-tokenizer", "qwen3-tokenizer-current")
 

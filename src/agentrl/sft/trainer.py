@@ -1,6 +1,6 @@
 """Supervised fine-tuning on trajectories (warm start before RL): NLL on policy tokens only, AdamW, clipping.
 
-Not the RL trainer (agentrl.rl.trainer) and not data building (agentrl.rl.sft_data, re-exported here).
+Not the RL trainer (agentrl.rl.trainer) and not data building (agentrl.sft.data).
 The loss is the token-mean negative log-likelihood over all policy tokens of an optimizer batch (one
 normaliser per batch, as DESIGN.md rule 4; microbatching never changes the gradient); prompt and tool
 tokens carry no loss. Log-probs come from agentrl.rl.logprobs.policy_logprobs (LM head only at policy
@@ -21,16 +21,7 @@ from torch import nn
 
 from agentrl.rl.batch import collate
 from agentrl.rl.logprobs import policy_logprobs
-from agentrl.rl.sft_data import (
-    expert_trajectories,
-    load_trajectories,
-    messages_trajectory,
-    save_trajectories,
-)
 from agentrl.rollout.trajectory import Trajectory
-
-__all__ = ["SFTConfig", "expert_trajectories", "load_trajectories", "messages_trajectory", "policy_nll",
-           "save_trajectories", "sft"]
 
 
 @dataclass(frozen=True)
@@ -175,7 +166,7 @@ def sft(
 
     Args:
         model: HF causal LM (on its device; its parameters are updated; left in train mode).
-        trajectories: token-level trajectories (agentrl.rl.sft_data).
+        trajectories: token-level trajectories (agentrl.sft.data).
         pad_id: padding id for collate (masked out).
         cfg: the knobs (default SFTConfig()); `knobs` override single fields (e.g. epochs=2, lr=3e-4).
         on_step: called with each step's metrics (for logging).

@@ -1,6 +1,6 @@
 """Supervised data for `agentrl sft`: expert trajectories played through real environments, and JSONL I/O.
 
-Not the SFT loop (agentrl.rl.sft) and not the experts themselves (agentrl.envs.experts). Expert episodes
+Not the SFT loop (agentrl.sft.trainer) and not the experts themselves (agentrl.envs.experts). Expert episodes
 run through the rollout driver (agentrl.rollout.driver.run_episodes) with a token "sampler" that emits
 the expert's turns, so prompt ids, observation ids, end reasons and rewards are exactly those the driver
 produces for a policy that sampled the expert's text. Each turn's ids are the chat template's own
