@@ -221,8 +221,8 @@ class RunSession:
         Raises:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
         """
+        from agentrl.cli_checks import check_output_dir
         from agentrl.envs import ENV_NAMES
-        from agentrl.io.cli_checks import check_output_dir
 
         cfg.validate()
         if cfg.env not in ENV_NAMES:
@@ -242,7 +242,7 @@ class RunSession:
     @classmethod
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
-        from agentrl.io.cli_checks import archive_previous
+        from agentrl.cli_checks import archive_previous
         from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.sandbox import Sandbox
 

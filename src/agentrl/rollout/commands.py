@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=d.model, help="tiny-qwen3 | local folder | HF id in the local cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
     p.add_argument("--env", default=d.env, help="environment name (default coding-tools)")
-    from agentrl.io.cli_checks import positive_int
+    from agentrl.cli_checks import positive_int
 
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
         kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from agentrl.io.cli_checks import positive_int
+from agentrl.cli_checks import positive_int
 from agentrl.sft.trainer import SFTConfig
 
 log = logging.getLogger("agentrl.sft")
@@ -119,7 +119,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     Raises:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
     """
-    from agentrl.io.cli_checks import archive_previous, prepare_output_dir
+    from agentrl.cli_checks import archive_previous, prepare_output_dir
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.update import enable_gradient_checkpointing

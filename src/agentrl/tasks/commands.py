@@ -141,7 +141,7 @@ def cmd_show(args) -> int:
 
 def cmd_export(args) -> int:
     """Write tasks as JSONL; prints the count and path."""
-    from agentrl.io.cli_checks import check_output_file
+    from agentrl.cli_checks import check_output_file
     from agentrl.tasks.generate import heldout_tasks
     from agentrl.tasks.jsonl import save_tasks
     from agentrl.tasks.rename import randomize_names

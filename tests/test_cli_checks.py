@@ -6,7 +6,7 @@ import os
 import pytest
 
 from agentrl.cli import main
-from agentrl.io.cli_checks import check_output_file, positive_int, prepare_output_dir
+from agentrl.cli_checks import check_output_file, positive_int, prepare_output_dir
 from agentrl.tasks import load_tasks, make_tasks, save_tasks
 
 
@@ -103,7 +103,7 @@ def test_positive_int():
 
 
 def test_archive_previous_moves_runs_aside_never_nesting(tmp_path):
-    from agentrl.io.cli_checks import archive_previous
+    from agentrl.cli_checks import archive_previous
 
     out = tmp_path / "run"
     assert archive_previous(out, "results.json") is None  # nothing there

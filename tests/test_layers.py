@@ -1,0 +1,144 @@
+"""The package graph of src/agentrl, read statically with ast: acyclic, and every import points down the layers.
+
+Every `import agentrl.x` / `from agentrl.x import ...` / relative import anywhere in a module (also inside
+functions: a lazy import is still a dependency) is an edge from the importing module's package to the
+imported one. The layer order is docs/design.md's ("Package layers"):
+
+    base (paths, cli_checks) < sandbox < tasks < envs < chat < rollout < eval < io < rl < front ends
+
+A package may import only packages below it; no library package imports a front end.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "agentrl"
+
+BASE = ("__init__", "paths", "cli_checks")  # leaf modules anyone may import; they import only each other
+LAYERS = ("sandbox", "tasks", "envs", "chat", "rollout", "eval", "io", "rl")  # bottom to top
+FRONT_ENDS = ("sft", "serve", "agents", "integrations", "dist", "cli", "__main__")  # over the layers
+
+
+def _package(rel: Path) -> str:
+    """agentrl/<pkg>/... -> pkg; a top-level module agentrl/<name>.py -> name."""
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imported(node: ast.AST, rel: Path) -> list[str]:
+    """Dotted agentrl modules named by one import node (relative imports resolved against `rel`)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level == 0:
+        return [node.module or ""]
+    here = ["agentrl", *rel.with_suffix("").parts]
+    if rel.name != "__init__.py":
+        here = here[:-1]  # a module's package
+    base = here[: len(here) - (node.level - 1)]
+    return [".".join(base + ([node.module] if node.module else []))]
+
+
+def package_graph(root: Path) -> dict[str, dict[str, list[str]]]:
+    """{package: {imported package: ["file:line", ...]}} for the agentrl source tree at `root`."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        src = _package(rel)
+        graph[src]  # every package is a node, even one that imports nothing
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            for mod in _imported(node, rel):
+                parts = mod.split(".")
+                if parts[0] != "agentrl" or len(parts) < 2:
+                    continue
+                dst = parts[1]
+                if dst != src:
+                    graph[src][dst].append(f"{rel}:{node.lineno}")
+    return {k: dict(v) for k, v in graph.items()}
+
+
+def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
+    """One cycle [a, b, ..., a] of the graph, or None (depth-first search with colours)."""
+    colour: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        colour[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, {})):
+            if colour.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if colour.get(m) is None and (c := visit(m)) is not None:
+                return c
+        stack.pop()
+        colour[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if colour.get(n) is None and (c := visit(n)) is not None:
+            return c
+    return None
+
+
+def layer_violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Edges that point up the layers or from a library package into a front end, with where they are."""
+    rank = {p: i for i, p in enumerate(LAYERS)}
+    bad = []
+    for src, deps in graph.items():
+        for dst, where in deps.items():
+            if src in BASE and dst not in BASE:
+                bad.append(f"base module {src} imports {dst} ({where[0]})")
+            elif src in rank and dst in rank and rank[dst] > rank[src]:
+                bad.append(f"{src} imports {dst}, a layer above it ({where[0]})")
+            elif src not in FRONT_ENDS and dst in FRONT_ENDS:
+                bad.append(f"{src} imports the front end {dst} ({where[0]})")
+    return sorted(bad)
+
+
+def test_the_package_graph_is_acyclic():
+    graph = package_graph(SRC)
+    assert set(LAYERS) <= set(graph), "a layer package is missing: update LAYERS and docs/design.md"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle " + " -> ".join(
+        f"{a} ({graph[a][b][0]})" for a, b in zip(cycle, cycle[1:], strict=False)) + f" -> {cycle[-1]}"
+
+
+def test_imports_point_down_the_layers():
+    assert layer_violations(package_graph(SRC)) == []
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        p = tmp_path / "agentrl" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path / "agentrl"
+
+
+def test_checker_sees_lazy_relative_and_cyclic_imports(tmp_path):
+    root = _tree(tmp_path, {
+        "io/results.py": "def f():\n    from agentrl.eval.bootstrap import ci\n",  # lazy import
+        "eval/run.py": "from ..tasks import task\n",  # relative import
+        "tasks/__init__.py": "from . import task\nimport agentrl.io.checks\n",
+        "tasks/task.py": "import os\n",
+    })
+    graph = package_graph(root)
+    assert graph["io"] == {"eval": ["io/results.py:2"]}
+    assert graph["eval"] == {"tasks": ["eval/run.py:1"]}
+    assert graph["tasks"] == {"io": ["tasks/__init__.py:2"]}
+    assert find_cycle(graph) == ["eval", "tasks", "io", "eval"]
+    assert layer_violations(graph) == ["tasks imports io, a layer above it (tasks/__init__.py:2)"]
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"paths.py": "import agentrl.tasks\n", "tasks/a.py": ""}, "base module paths imports tasks (paths.py:1)"),
+    ({"rollout/a.py": "from agentrl.sft import x\n", "sft/b.py": ""},
+     "rollout imports the front end sft (rollout/a.py:1)"),
+])
+def test_checker_flags_base_and_front_end_edges(tmp_path, files, expected):
+    assert layer_violations(package_graph(_tree(tmp_path, files))) == [expected]
