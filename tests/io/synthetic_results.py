@@ -2,6 +2,9 @@
 
 import numpy as np
 
+from agentrl.eval.bootstrap import BootstrapConfig
+from agentrl.eval.noise import run_noise
+from agentrl.eval.report import EvalReport, TaskResult, paired_difference, report_from_counts
 from agentrl.io.results import RunResults
 from agentrl.rl.config import RLConfig
 
@@ -9,13 +12,29 @@ BEFORE = [1, 0, 0, 0, 2, 1, 0, 0, 4, 0]
 AFTER = [8, 8, 1, 2, 8, 8, 0, 0, 4, 0]
 
 
+def counts_report(ids, successes, trials, *, n_boot=2000, seed=0, tool_stats=None, family="f"):
+    """An EvalReport of per-task counts (every episode scorable), its interval from one BootstrapConfig."""
+    tasks = [TaskResult(t, family, trials, trials, s) for t, s in zip(ids, successes, strict=True)]
+    return report_from_counts(tasks, BootstrapConfig(n_boot=n_boot, seed=seed), tool_stats=tool_stats)
+
+
+def record_paired(res, *, n_boot=2000, seed=0):
+    """The after - before difference of a RunResults' "before" and "after" evaluations, recorded in it."""
+    before, after = (EvalReport.from_dict(res.evaluation(k)) for k in ("before", "after"))
+    return res.add_paired_difference(paired_difference(before, after, BootstrapConfig(n_boot=n_boot, seed=seed)))
+
+
+def record_noise(res):
+    res.set("noise", run_noise(res.data["steps"], res.data["evaluations"]))
+
+
 def build_synthetic(path, n_steps=6):
     """A results file shaped like the tools lab's: before/after evals, an eval curve, per-step metrics."""
     cfg = RLConfig(steps=n_steps, eval_every=2)
     res = RunResults(path, cfg.to_dict(), seed=cfg.seed)
     ids = [f"task{i}" for i in range(10)]
-    res.add_evaluation("before", step=0, task_ids=ids, successes=BEFORE, trials=8,
-                       tool_stats={"edit_missing_old_string": 0.30, "write": 0.46, "bash": 0.2}, n_boot=2000)
+    res.add_evaluation("before", step=0, report=counts_report(
+        ids, BEFORE, 8, tool_stats={"edit_missing_old_string": 0.30, "write": 0.46, "bash": 0.2}))
     rng = np.random.default_rng(0)
     for step in range(n_steps):
         r = float(np.clip(0.1 + 0.07 * step + rng.normal(0, 0.05), 0, 1))
@@ -25,14 +44,14 @@ def build_synthetic(path, n_steps=6):
                             "kl_ref": float("nan")})
         if step % 2 == 1:
             mid = [min(8, b + (a - b) * (step + 1) // n_steps) for b, a in zip(BEFORE, AFTER, strict=True)]
-            res.add_evaluation("curve", step=step + 1, task_ids=ids, successes=mid, trials=8, n_boot=2000)
-    res.add_evaluation("after", step=n_steps, task_ids=ids, successes=AFTER, trials=8,
-                       tool_stats={"edit_missing_old_string": 0.0, "write": 0.0, "bash": 0.0}, n_boot=2000)
-    res.add_paired_difference(n_boot=2000)
+            res.add_evaluation("curve", step=step + 1, report=counts_report(ids, mid, 8))
+    res.add_evaluation("after", step=n_steps, report=counts_report(
+        ids, AFTER, 8, tool_stats={"edit_missing_old_string": 0.0, "write": 0.0, "bash": 0.0}))
+    record_paired(res)
     res.add_transcript("heldout_before", "task0", "<|im_start|>user ...", reward=0.0)
     res.set("tool_schemas", [{"type": "function", "function": {"name": "Read", "parameters": {}}}])
     res.set("sandbox", {"backend": "rlimit", "timeout_s": 10.0, "memory_bytes": 2**30})
-    res.compute_noise()
+    record_noise(res)
     res.finish(wall_clock_s=12.5)
     return res
 

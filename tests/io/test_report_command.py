@@ -1,6 +1,6 @@
 import logging
 
-from synthetic_results import build_synthetic
+from synthetic_results import build_synthetic, counts_report, record_noise, record_paired
 
 from agentrl.cli import main
 from agentrl.io.commands import summary_rows
@@ -53,15 +53,15 @@ def _default_like_run(path, n_steps=3, finish=True):
     """A results file like the README's default run: constant zero reward, zero-std groups, entropy None."""
     res = RunResults(path, RLConfig(steps=n_steps).to_dict(), seed=0)
     ids = [f"t{i}" for i in range(4)]
-    res.add_evaluation("before", step=0, task_ids=ids, successes=[0] * 4, trials=2,
-                       tool_stats={"calls": 0.0, "ok_calls": float("nan")}, n_boot=200)
+    res.add_evaluation("before", step=0, report=counts_report(ids, [0] * 4, 2, n_boot=200,
+                                                              tool_stats={"calls": 0.0, "ok_calls": float("nan")}))
     for step in range(n_steps):
         res.add_step(step, {"reward_mean": 0.0, "reward_std": 0.0, "pass_rate": 0.0, "adv/frac_zero_std": 1.0,
                             "entropy": None, "clip_frac": float("nan"), "grad_norm": 0.0, "sampler_nll": 11.9})
     if finish:
-        res.add_evaluation("after", step=n_steps, task_ids=ids, successes=[0] * 4, trials=2, n_boot=200)
-        res.add_paired_difference(n_boot=200)
-        res.compute_noise()
+        res.add_evaluation("after", step=n_steps, report=counts_report(ids, [0] * 4, 2, n_boot=200))
+        record_paired(res, n_boot=200)
+        record_noise(res)
         res.finish(wall_clock_s=None)
     return res
 
@@ -73,6 +73,12 @@ def test_report_on_constant_reward_run_prints_na_for_missing_statistics(tmp_path
     rows = dict(summary_rows(data))
     assert "n/a" in rows["noise train"] and rows["last entropy"] == "n/a" and rows["last clip_frac"] == "n/a"
     assert rows["last frac_zero_std"] == "1" and rows["wall clock"] == "n/a s"
+    # every task at rate 0: no interval, and the table says why instead of printing [0.000, 0.000]
+    same = "n/a: every task has the same rate (0): resampling tasks cannot vary the mean"
+    assert rows["pass@1 before (step 0)"] == f"0.000 [{same}]  counts 0 0 0 0"
+    assert rows["paired after - before"] == "+0.000 [n/a: every task has the same difference (0): resampling " \
+                                            "tasks cannot vary the mean]"
+    assert data["evaluations"][0]["pass_at_1"]["lo"] is None
     assert main(["report", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "noise train" in out and "n/a" in out

@@ -53,6 +53,9 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
     (lambda d: d["steps"][1].update(step=0), "strictly increase"),
     (lambda d: d["steps"][0].update(reward_mean="x"), "steps/0/reward_mean"),
     (lambda d: d["paired"][0]["diff"].update(lo=1.0, hi=0.0), "lo <= hi"),
+    (lambda d: d["paired"][0]["diff"].update(lo=None), "both be null"),
+    (lambda d: d["evaluations"][0]["pass_at_1"].update(lo=None, hi=None), "undefined"),
+    (lambda d: d["evaluations"][0]["pass_at_1"].update(undefined="one task"), "undefined='one task'"),
     (lambda d: d.update(status="weird"), "status"),
 ])
 def test_validation_names_the_problem(tmp_path, mutate, match):

@@ -102,7 +102,8 @@ def test_grpo_run_trains_and_writes_valid_results(tmp_path):
         assert s["grad_norm"] > 0
         assert abs(s["logprob_gap"]) < 1e-3  # sampler log-probs are the policy's
     assert {e["label"] for e in data["evaluations"]} == {"before", "after"}
-    assert data["paired"][0]["diff"]["lo"] <= data["paired"][0]["diff"]["hi"]
+    d = data["paired"][0]["diff"]
+    assert d["undefined"] or d["lo"] <= d["hi"]
     kinds = {t["kind"] for t in data["transcripts"]}
     assert {"heldout_before", "heldout_after", "train_step0"} <= kinds
     assert {t["function"]["name"] for t in data["tool_schemas"]} == {"read_file", "edit", "run_tests", "submit"}
@@ -184,6 +185,9 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
     before, after = (next(e for e in data["evaluations"] if e["label"] == lab) for lab in ("before", "after"))
     assert len(before["tasks"]) == 10 and all(t["trials"] == cfg.eval_n for t in before["tasks"])
     assert set(before["per_family"]) == {"minmax", "range", "compare", "zero", "init"}
+    for ev in (before, after):  # an interval exactly when the tasks' rates differ; else n/a with the reason
+        rates = {t["successes"] / t["trials"] for t in ev["tasks"]}
+        assert (ev["pass_at_1"]["lo"] is None) == (len(rates) == 1) == bool(ev["pass_at_1"]["undefined"])
     assert data["paired"] and data["tool_schemas"] and data["sandbox"]["backend"]
     assert {t["function"]["name"] for t in data["tool_schemas"]} == {"Read", "Edit", "Write", "Bash"}
     assert sorted(p.name for p in (tmp_path / "runs" / "default").glob("*.png"))

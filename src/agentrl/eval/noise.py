@@ -116,3 +116,17 @@ def noise_analysis(train_reward: Sequence[float], eval_score: Sequence[float], *
     if "step_noise" in tr and "step_noise" in ev:  # type: ignore[operator]
         out["noise_ratio"] = tr["step_noise"] / ev["step_noise"] if ev["step_noise"] > 0 else math.inf  # type: ignore[index]
     return out
+
+
+def run_noise(steps: Sequence[dict], evaluations: Sequence[dict], train_key: str = "reward_mean") -> dict:
+    """noise_analysis of a run's curves: the per-step `train_key` of `steps` (results-file step records)
+    against the held-out pass@1 of `evaluations` (records with "step" and "pass_at_1"["mean"]), each in
+    step order; points whose value is missing (None) are left out.
+
+    Returns: {"train_key": train_key, **noise_analysis(...)}.
+    """
+    pts = [(s["step"], s[train_key]) for s in steps if s.get(train_key) is not None]
+    evs = sorted((e["step"], e["pass_at_1"]["mean"]) for e in evaluations if e["pass_at_1"].get("mean") is not None)
+    rep = noise_analysis([v for _, v in pts], [v for _, v in evs], train_steps=[s for s, _ in pts],
+                         eval_steps=[s for s, _ in evs])
+    return {"train_key": train_key, **rep}

@@ -30,11 +30,11 @@ def _fmt_num(value: Any, spec: str = ".3f") -> str:
 
 
 def _fmt_iv(iv: Any, signed: bool = False) -> str:
-    """`mean [lo, hi]` of a bootstrap interval dict; missing or non-finite parts print as MISSING."""
-    iv = iv if isinstance(iv, dict) else {}
-    spec = "+.3f" if signed else ".3f"
-    mean, lo, hi = (_fmt_num(iv.get(k), spec) for k in ("mean", "lo", "hi"))
-    return f"{mean} [{lo}, {hi}]"
+    """`mean [lo, hi]` of a bootstrap interval dict, `mean [n/a: reason]` for an undefined one; missing or
+    non-finite parts print as MISSING (agentrl.eval.bootstrap.format_interval)."""
+    from agentrl.eval.bootstrap import format_interval
+
+    return format_interval(iv if isinstance(iv, dict) else None, signed=signed)
 
 
 # last-step rows: (label, candidate keys in the step dict, first present wins)

@@ -60,18 +60,26 @@ def plot_train_reward(results: dict[str, Any], path: Path) -> Path | None:
 
 
 def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
-    """Held-out pass@1 per evaluation step with its bootstrap interval as a band."""
+    """Held-out pass@1 per evaluation step with its bootstrap interval as a band; where the interval is
+    undefined (one task, every task at the same rate) the band has a gap and the point is marked "n/a"."""
     evs = [e for e in results.get("evaluations") or []
-           if _finite(e.get("step")) and all(_finite((e.get("pass_at_1") or {}).get(k)) for k in ("mean", "lo", "hi"))]
+           if _finite(e.get("step")) and _finite((e.get("pass_at_1") or {}).get("mean"))]
     evs = sorted(evs, key=lambda e: (e["step"], str(e.get("label"))))
     if not evs:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     x = [e["step"] for e in evs]
-    ax.plot(x, [e["pass_at_1"]["mean"] for e in evs], marker="o", label="pass@1")
-    ax.fill_between(x, [e["pass_at_1"]["lo"] for e in evs], [e["pass_at_1"]["hi"] for e in evs], alpha=0.25,
-                    label=_band_label(evs[0]["pass_at_1"].get("alpha")))
+    ivs = [e["pass_at_1"] for e in evs]
+    ax.plot(x, [iv["mean"] for iv in ivs], marker="o", label="pass@1")
+    band = [(iv.get("lo"), iv.get("hi")) if _finite(iv.get("lo")) and _finite(iv.get("hi")) else (math.nan,) * 2
+            for iv in ivs]
+    if any(math.isfinite(lo) for lo, _ in band):
+        ax.fill_between(x, [lo for lo, _ in band], [hi for _, hi in band], alpha=0.25,
+                        label=_band_label(ivs[0].get("alpha")))
+    for xi, iv, (lo, _) in zip(x, ivs, band, strict=True):
+        if not math.isfinite(lo):
+            ax.annotate("interval n/a", (xi, iv["mean"]), textcoords="offset points", xytext=(4, 6), fontsize=7)
     ax.set(xlabel="step", ylabel="held-out pass@1", title="held-out evaluation", ylim=(-0.02, 1.02))
     ax.legend()
     return _save(fig, path)

@@ -1,6 +1,7 @@
 """The run's results file: atomic JSON writes, the RunResults builder, its JSON schema and validator.
 
-Not the plots or the trainer. The file is rewritten whole, atomically (temporary file in the same
+Not the plots, the trainer or any statistics: evaluations, paired differences and the noise analysis
+arrive computed (agentrl.eval) and are only serialised here. The file is rewritten whole, atomically (temporary file in the same
 directory, fsync, os.replace, fsync of the directory), after every step, so a crash leaves the previous
 complete file and loses at most the step in progress. Non-finite floats are stored as null (strict JSON).
 """
@@ -13,16 +14,20 @@ import math
 import os
 import platform
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentrl.eval.report import EvalReport, PairedDifference
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "completed", "failed", "interrupted")
 
 _NUM = {"type": ["number", "null"]}
+# An interval (agentrl.eval.bootstrap.Interval.to_dict): lo/hi are null exactly when `undefined` says why.
 _INTERVAL = {"type": "object", "required": ["mean", "lo", "hi", "alpha", "n_boot", "seed"],
-             "properties": {"mean": {"type": "number"}, "lo": {"type": "number"}, "hi": {"type": "number"},
+             "properties": {"mean": _NUM, "lo": _NUM, "hi": _NUM, "n_tasks": {"type": "integer", "minimum": 0},
+                            "undefined": {"type": ["string", "null"]},
                             "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                             "n_boot": {"type": "integer", "minimum": 1}, "seed": {"type": ["integer", "null"]}}}
 RESULTS_SCHEMA: dict[str, Any] = {
@@ -51,7 +56,9 @@ RESULTS_SCHEMA: dict[str, Any] = {
                 "tasks": {"type": "array", "minItems": 1, "items": {
                     "type": "object", "required": ["task_id", "successes", "trials"],
                     "properties": {"task_id": {"type": "string"}, "successes": {"type": "integer", "minimum": 0},
-                                   "trials": {"type": "integer", "minimum": 1}}}},
+                                   "trials": {"type": "integer", "minimum": 0},
+                                   "episodes": {"type": "integer", "minimum": 1},
+                                   "unscorable": {"type": "integer", "minimum": 0}}}},
                 "pass_at_1": _INTERVAL,
                 "tool_stats": {"type": "object", "additionalProperties": _NUM}}}},
         "paired": {"type": "array", "items": {
@@ -150,9 +157,10 @@ class RunResults:
 
     Example:
         res = RunResults("runs/x/results.json", cfg.to_dict(), seed=cfg.seed)
-        res.add_evaluation("before", step=0, task_ids=ids, successes=s, trials=8)
+        res.add_evaluation("before", step=0, report=before)    # an agentrl.eval.report.EvalReport
         for step ...: res.add_step(step, metrics)
-        res.add_evaluation("after", step=n, ...); res.add_paired_difference(); res.finish()
+        res.add_evaluation("after", step=n, report=after)
+        res.add_paired_difference(paired_difference(before, after, boot)); res.finish()
     """
 
     def __init__(self, path: str | os.PathLike, config: dict[str, Any], *, seed: int,
@@ -219,22 +227,9 @@ class RunResults:
                                                                         for k, v in metrics.items()})})
         self.write()
 
-    def add_evaluation(self, label: str, *, step: int, task_ids: Sequence[str], successes: Sequence[int],
-                       trials: Sequence[int] | int, tool_stats: dict[str, float] | None = None,
-                       n_boot: int = 10000, alpha: float = 0.05, seed: int | None = 0) -> dict[str, Any]:
-        """Record a held-out evaluation: per-task counts and pass@1 with a task-level bootstrap interval."""
-        from agentrl.eval.bootstrap import pass_at_1_ci
-
-        n = [int(trials)] * len(successes) if isinstance(trials, int) else [int(t) for t in trials]
-        if len(task_ids) != len(successes) or len(n) != len(successes):
-            raise ValueError(f"RunResults.add_evaluation({label!r}): task_ids, successes, trials differ in length "
-                             f"({len(task_ids)}, {len(successes)}, {len(n)})")
-        mean, lo, hi = pass_at_1_ci(list(successes), n, n_boot=n_boot, alpha=alpha, seed=seed)
-        ev = {"label": label, "step": int(step),
-              "tasks": [{"task_id": str(t), "successes": int(s), "trials": k}
-                        for t, s, k in zip(task_ids, successes, n, strict=True)],
-              "pass_at_1": {"mean": mean, "lo": lo, "hi": hi, "alpha": alpha, "n_boot": n_boot, "seed": seed},
-              "tool_stats": to_json_ready(dict(tool_stats or {}))}
+    def add_evaluation(self, label: str, *, step: int, report: EvalReport) -> dict[str, Any]:
+        """Record a held-out evaluation (an agentrl.eval.report.EvalReport, stored as its `to_dict()`)."""
+        ev = {"label": label, "step": int(step), **to_json_ready(report.to_dict())}
         self.data["evaluations"].append(ev)
         self.write()
         return ev
@@ -246,21 +241,12 @@ class RunResults:
                 return ev
         raise KeyError(f"no evaluation labelled {label!r}; have {[e['label'] for e in self.data['evaluations']]}")
 
-    def add_paired_difference(self, before: str = "before", after: str = "after", *, n_boot: int = 10000,
-                              alpha: float = 0.05, seed: int | None = 0) -> dict[str, Any]:
-        """after - before pass@1 with a paired task-level bootstrap interval (tasks matched by task_id)."""
-        from agentrl.eval.bootstrap import paired_diff_ci
-
-        b = {t["task_id"]: t for t in self.evaluation(before)["tasks"]}
-        a = {t["task_id"]: t for t in self.evaluation(after)["tasks"]}
-        if set(a) != set(b):
-            raise ValueError(f"RunResults.add_paired_difference: {before!r} and {after!r} cover different tasks")
-        ids = sorted(b)
-        diff, lo, hi = paired_diff_ci([b[i]["successes"] for i in ids], [a[i]["successes"] for i in ids],
-                                      [b[i]["trials"] for i in ids], [a[i]["trials"] for i in ids],
-                                      n_boot=n_boot, alpha=alpha, seed=seed)
-        rec = {"before": before, "after": after,
-               "diff": {"mean": diff, "lo": lo, "hi": hi, "alpha": alpha, "n_boot": n_boot, "seed": seed}}
+    def add_paired_difference(self, paired: PairedDifference, before: str = "before",
+                              after: str = "after") -> dict[str, Any]:
+        """Record the after - before difference (an agentrl.eval.report.PairedDifference) of two evaluations."""
+        for label in (before, after):
+            self.evaluation(label)  # KeyError naming the labels present
+        rec = {"before": before, "after": after, **to_json_ready(paired.to_dict())}
         self.data["paired"].append(rec)
         self.write()
         return rec
@@ -279,17 +265,6 @@ class RunResults:
             raise ValueError(f"RunResults.set: {key!r} is managed by its own method")
         self.data[key] = to_json_ready(value)
         self.write()
-
-    def compute_noise(self, train_key: str = "reward_mean") -> dict[str, Any]:
-        """Noise analysis (agentrl.eval.noise) of steps[*][train_key] vs the eval curve; stored under "noise"."""
-        from agentrl.eval.noise import noise_analysis
-
-        pts = [(s["step"], s[train_key]) for s in self.data["steps"] if s.get(train_key) is not None]
-        evs = sorted((e["step"], e["pass_at_1"]["mean"]) for e in self.data["evaluations"])
-        rep = noise_analysis([v for _, v in pts], [v for _, v in evs], train_steps=[s for s, _ in pts],
-                             eval_steps=[s for s, _ in evs])
-        self.set("noise", {"train_key": train_key, **rep})
-        return self.data["noise"]
 
     def finish(self, status: str = "completed", *, wall_clock_s: float | None = None,
                error: str | None = None) -> Path:
@@ -335,9 +310,18 @@ def _check_invariants(path: Path, data: dict[str, Any]) -> None:
     intervals = [(f"evaluations/{i}/pass_at_1", e["pass_at_1"]) for i, e in enumerate(data["evaluations"])]
     intervals += [(f"paired/{i}/diff", p["diff"]) for i, p in enumerate(data["paired"])]
     for where, iv in intervals:
-        if iv["lo"] > iv["hi"]:
-            raise ValueError(f"{path}: {where}: expected lo <= hi, got lo={iv['lo']}, hi={iv['hi']}")
+        _check_interval(path, where, iv)
     for i, e in enumerate(data["evaluations"]):
         for t in e["tasks"]:
             if t["successes"] > t["trials"]:
                 raise ValueError(f"{path}: evaluations/{i} task {t['task_id']!r}: successes > trials")
+
+
+def _check_interval(path: Path, where: str, iv: dict[str, Any]) -> None:
+    """lo <= hi when both are set; lo and hi null together, exactly when `undefined` gives the reason."""
+    lo, hi, why = iv["lo"], iv["hi"], iv.get("undefined")
+    if (lo is None) != (hi is None) or (lo is None) != bool(why):
+        raise ValueError(f"{path}: {where}: lo and hi must both be null with an `undefined` reason, or both "
+                         f"numbers without one; got lo={lo}, hi={hi}, undefined={why!r}")
+    if lo is not None and lo > hi:
+        raise ValueError(f"{path}: {where}: expected lo <= hi, got lo={lo}, hi={hi}")

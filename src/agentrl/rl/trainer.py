@@ -16,7 +16,10 @@ from typing import Any
 
 import torch
 
-from agentrl.eval.evaluate import EvalResult, evaluate, mean_stats
+from agentrl.eval.bootstrap import BootstrapConfig
+from agentrl.eval.evaluate import evaluate, mean_stats
+from agentrl.eval.noise import run_noise
+from agentrl.eval.report import EvalReport, paired_difference
 from agentrl.rl.advantages import group_advantages
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
@@ -83,24 +86,37 @@ def train_step(sess: RunSession, step: int) -> dict[str, float]:
     }
 
 
-def run_eval(sess: RunSession, label: str, step: int) -> EvalResult:
+def bootstrap_config(cfg: RLConfig) -> BootstrapConfig:
+    """The run's one interval setting (n_boot, alpha, seed): every evaluation and paired difference uses it."""
+    return BootstrapConfig(n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed)
+
+
+def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
     """Evaluate the fixed held-out set (eval_n episodes per task) and record it in the results file."""
     cfg = sess.cfg
-    res = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}"),
-                   sess.tasks.heldout, cfg.eval_n)
-    ev = sess.results.add_evaluation(label, step=step, task_ids=res.task_ids, successes=res.successes,
-                                     trials=res.trials, tool_stats=res.tool_stats, n_boot=cfg.n_boot,
-                                     alpha=cfg.alpha, seed=cfg.seed)
-    ev["per_family"] = res.per_family()
-    ev["mean_reward"] = res.mean_reward
+    rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}"),
+                   sess.tasks.heldout, cfg.eval_n, bootstrap_config(cfg))
     if label in ("before", "after"):
-        for tid, text in res.transcripts.items():
+        for tid, text in rep.transcripts.items():
             sess.results.add_transcript(f"heldout_{label}", tid, text, step=step, write=False)
-    sess.results.write()
-    p = ev["pass_at_1"]
-    log.info("eval %-7s step %d: pass@1 %.3f [%.3f, %.3f]  successes per task %s (of %d)",
-             label, step, p["mean"], p["lo"], p["hi"], res.successes, res.trials)
-    return res
+    sess.results.add_evaluation(label, step=step, report=rep)
+    log.info("eval %-7s step %d: pass@1 %s  successes per task %s (of %s)%s", label, step, rep.pass_at_1.describe(),
+             rep.successes, _trials_text(rep.trials), f"  unscorable episodes {rep.unscorable}" if rep.unscorable else "")
+    return rep
+
+
+def _trials_text(trials: list[int]) -> str:
+    return str(trials[0]) if len(set(trials)) == 1 else str(trials)
+
+
+def record_paired_difference(sess: RunSession, after: EvalReport) -> None:
+    """after - before on the held-out set (the "before" report read back from the results file, so a
+    resumed run pairs with the evaluation it made before the interruption), logged and recorded."""
+    before = EvalReport.from_dict(sess.results.evaluation("before"))
+    paired = paired_difference(before, after, bootstrap_config(sess.cfg))
+    sess.results.add_paired_difference(paired)
+    log.info("paired difference after - before: %s over %d tasks", paired.diff.describe(signed=True),
+             len(paired.task_ids))
 
 
 def _log_step(step: int, m: dict[str, float]) -> None:
@@ -139,11 +155,9 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
             if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
                 run_eval(sess, f"step_{done}", done)
             sess.checkpoint(done)
-        run_eval(sess, "after", cfg.steps)
-        d = sess.results.add_paired_difference(n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed)["diff"]
-        log.info("paired difference after - before: %+.3f [%+.3f, %+.3f]", d["mean"], d["lo"], d["hi"])
+        record_paired_difference(sess, run_eval(sess, "after", cfg.steps))
         if len(sess.results.data["steps"]) >= 3:
-            sess.results.compute_noise()
+            sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         _plots(sess)
