@@ -4,17 +4,7 @@ import json
 
 import pytest
 
-from agentrl.chat.parse import check_call, parse_tool_calls
-
-TOOLS = [
-    {"type": "function", "function": {"name": "Read", "description": "read", "parameters": {
-        "type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"],
-        "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "Edit", "description": "edit", "parameters": {
-        "type": "object", "properties": {"file_path": {"type": "string"}, "old_string": {"type": "string"},
-                                         "new_string": {"type": "string"}},
-        "required": ["file_path", "old_string", "new_string"]}}},
-]
+from agentrl.chat.parse import parse_tool_calls
 
 
 def block(obj) -> str:
@@ -31,7 +21,6 @@ def test_multiple_calls_in_order_with_hard_arguments():
     assert calls[1].arguments["new_string"] == code  # quotes, backslashes, unicode, newlines survive
     assert all(c.malformed is None for c in calls)
     assert calls[0].raw == block(a) and final == "I'll read then edit."
-    assert [check_call(c, TOOLS).malformed for c in calls] == [None, None]
 
 
 def test_literal_newline_inside_string_is_accepted():
@@ -54,7 +43,6 @@ def test_literal_newline_inside_string_is_accepted():
 def test_malformed_json_classes(body, cls):
     (call,), final = parse_tool_calls(f"<tool_call>\n{body}\n</tool_call>")
     assert call.malformed.startswith(cls) and call.raw.endswith("</tool_call>") and final == ""
-    assert check_call(call, TOOLS) is call  # already malformed: unchanged
 
 
 def test_cut_off_vs_missing_close_tag():
@@ -72,26 +60,6 @@ def test_text_after_call_and_final_answer():
     assert len(calls) == 1 and final == "Now I wait."
     calls, final = parse_tool_calls("  The tests pass; the fix is in f.py.\n")
     assert calls == [] and final == "The tests pass; the fix is in f.py."
-
-
-def test_max_calls_marks_extra_calls():
-    text = "\n".join(block({"name": "Read", "arguments": {"file_path": str(i)}}) for i in range(6))
-    calls, _ = parse_tool_calls(text, max_calls=4)
-    assert [c.malformed is None for c in calls] == [True] * 4 + [False] * 2
-    assert calls[5].malformed.startswith("too_many_calls") and calls[5].arguments == {"file_path": "5"}
-    with pytest.raises(ValueError, match="max_calls"):
-        parse_tool_calls("", max_calls=0)
-
-
-def test_schema_checks():
-    (unknown,), _ = parse_tool_calls(block({"name": "Grep", "arguments": {}}))
-    assert check_call(unknown, TOOLS).malformed.startswith("unknown_tool: 'Grep'")
-    (bad,), _ = parse_tool_calls(block({"name": "Read", "arguments": {"file_path": 3}}))
-    assert check_call(bad, TOOLS).malformed.startswith("bad_arguments: file_path")
-    (extra,), _ = parse_tool_calls(block({"name": "Read", "arguments": {"file_path": "a", "x": 1}}))
-    assert check_call(extra, TOOLS).malformed.startswith("bad_arguments")
-    (missing,), _ = parse_tool_calls(block({"name": "Edit", "arguments": {"file_path": "a"}}))
-    assert "old_string" in check_call(missing, TOOLS).malformed
 
 
 def test_arguments_as_json_string_are_decoded():

@@ -39,7 +39,7 @@ def test_check_env_catches_a_schema_that_does_not_match_the_handler():
 
 
 def test_registry():
-    assert ENV_NAMES == ("edit-menu", "coding-tools", "python-session", "wordle")
+    assert set(ENV_NAMES) == {"edit-menu", "coding-tools", "python-session", "wordle"}
     assert {make_env(n, sandbox=None, max_turns=3).name for n in ENV_NAMES} == set(ENV_NAMES)
     with pytest.raises(ValueError, match="expected one of"):
         make_env("chess")

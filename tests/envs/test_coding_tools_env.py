@@ -1,7 +1,8 @@
 import random
 
 from agentrl.envs import ToolCall, check_env, make_env
-from agentrl.envs.experts import candidate_line_edits, coding_tools_turns, play
+from agentrl.envs.coding_tools import coding_tools_turns
+from agentrl.envs.experts import candidate_line_edits, play
 
 SRC = "/repo/stack_peak.py"
 
@@ -26,9 +27,9 @@ def test_read_format_and_repo_contents(minmax_task, sandbox):
     env = make_env("coding-tools", sandbox=sandbox)
     obs = env.reset(minmax_task)
     assert "/repo" in obs.system and "stack_peak.py" in obs.user and "test_stack_peak.py" in obs.user
-    (r,) = env.step([c("Read", file_path=SRC, offset=3, limit=2)])
+    (r,) = env.step([c("Read", file_path=SRC, offset=3, limit=2)]).results
     assert r.content == "     3\t    best = values[0]\n     4\t    for v in values[1:]:"
-    r1, r2 = env.step([c("Bash", command="ls"), c("Bash", command="cd /repo && cat test_stack_peak.py")])
+    r1, r2 = env.step([c("Bash", command="ls"), c("Bash", command="cd /repo && cat test_stack_peak.py")]).results
     assert r1.content == "stack_peak.py\ntest_stack_peak.py" and "def test_1" in r2.content
     assert "-9" not in r2.content  # hidden tests never enter the repository
 
@@ -41,7 +42,7 @@ def test_scripted_mistakes_produce_the_right_stats(minmax_task, sandbox):
         c("Read", file_path=SRC),
         c("Edit", file_path=SRC, old_string="if x < y:", new_string="if x > y:"),        # invented text
         c("Edit", file_path=SRC, old_string="best", new_string="best"),                  # identical
-    ])
+    ]).results
     assert [r.status for r in results] == ["failed", "ok", "failed", "failed"]
     results = env.step([
         c("Edit", file_path=SRC, old_string="best", new_string="top"),                   # not unique
@@ -49,9 +50,9 @@ def test_scripted_mistakes_produce_the_right_stats(minmax_task, sandbox):
         c("Write", file_path="/repo/notes.txt", content="hi"),                            # creates
         c("Bash", command="rm -rf /"),
         c("Read", file_path=SRC),                                                         # 5th call: not run
-    ])
+    ]).results
     assert [r.status for r in results] == ["failed", "failed", "ok", "failed", "failed"]
-    results = env.step([ToolCall("Grep", {"pattern": "x"}), c("Read", path=SRC), c("Write", file_path=SRC, content="x = 1\n")])
+    results = env.step([ToolCall("Grep", {"pattern": "x"}), c("Read", path=SRC), c("Write", file_path=SRC, content="x = 1\n")]).results
     assert [r.status for r in results] == ["malformed", "malformed", "ok"]
     env.final_answer("Done! All tests pass now.")
     s = env.stats()
@@ -68,11 +69,11 @@ def test_bash_runs_scripts_in_the_sandbox_and_files_come_back(minmax_task, sandb
     env.reset(minmax_task)
     script = "from stack_peak import stack_peak\nprint(stack_peak([4, 9, 1]))\nopen('out.txt', 'w').write('made')\n"
     env.step([c("Write", file_path="/repo/try.py", content=script)])
-    (r,) = env.step([c("Bash", command="python try.py && cat out.txt")])
+    (r,) = env.step([c("Bash", command="python try.py && cat out.txt")]).results
     assert r.status == "ok" and r.content.splitlines() == ["1", "made"]  # the bug: min instead of max
-    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py", timeout=20000)])
+    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py", timeout=20000)]).results
     assert "1 failed" in r.content and "assert 1 == 3" in r.content and env.stats()["test_runs"] == 1
-    (r,) = env.step([c("Bash", command="python -c 'import os'")])
+    (r,) = env.step([c("Bash", command="python -c 'import os'")]).results
     assert r.status == "failed"
 
 
@@ -80,7 +81,7 @@ def test_bash_timeout_lowers_the_limit(minmax_task, sandbox):
     env = make_env("coding-tools", sandbox=sandbox)
     env.reset(minmax_task)
     env.step([c("Write", file_path="/repo/spin.py", content="while True:\n    pass\n")])
-    (r,) = env.step([c("Bash", command="python spin.py", timeout=500)])
+    (r,) = env.step([c("Bash", command="python spin.py", timeout=500)]).results
     assert "timed out" in r.content
 
 
@@ -97,16 +98,16 @@ def test_control_characters_in_paths_are_failed_calls(minmax_task, sandbox):
     files_before = dict(env.files)
     for name in CONTROL_NAMES:
         results = env.step([c("Write", file_path=name, content="x"), c("Read", file_path=name),
-                            c("Edit", file_path=name, old_string="a", new_string="b")])
+                            c("Edit", file_path=name, old_string="a", new_string="b")]).results
         assert [r.status for r in results] == ["failed"] * 3, name
         assert all("control character" in r.content for r in results)
         if env.done:
             break
     assert env.files == files_before
     env.reset(minmax_task)
-    (r,) = env.step([c("Bash", command="python -m pytest -q 'test_stack\x00_peak.py'")])
+    (r,) = env.step([c("Bash", command="python -m pytest -q 'test_stack\x00_peak.py'")]).results
     assert r.status == "failed" and "control character" in r.content
-    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")])
+    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")]).results
     assert r.status == "ok" and "1 failed" in r.content  # the repository is still usable
     assert env.stats()["failed_calls"] == 1 and env.stats()["ok_calls"] == 1
 
@@ -117,7 +118,7 @@ def test_bash_commands_the_sandbox_refuses_or_cannot_run_are_failed(minmax_task,
     env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
     env.reset(minmax_task)
     results = env.step([c("Bash", command="python ../../etc/x.py"), c("Bash", command="python /usr/lib/x.py"),
-                        c("Bash", command="ls && cd /tmp")])
+                        c("Bash", command="ls && cd /tmp")]).results
     assert [r.status for r in results] == ["failed"] * 3
     assert "stack_peak.py" in results[2].content  # earlier output is kept in the failure message
 
@@ -128,7 +129,7 @@ def test_bash_commands_the_sandbox_refuses_or_cannot_run_are_failed(minmax_task,
 
     env = make_env("coding-tools", sandbox=BrokenSandbox())
     env.reset(minmax_task)
-    (r,) = env.step([c("Bash", command="python -m pytest -q")])
+    (r,) = env.step([c("Bash", command="python -m pytest -q")]).results
     assert r.status == "failed" and "sandbox error: could not start" in r.content
     assert env.stats()["failed_calls"] == 1 and env.stats()["ok_calls"] == 0
 
@@ -138,5 +139,5 @@ def test_overlong_bash_command_is_malformed(minmax_task, sandbox):
 
     env = make_env("coding-tools", sandbox=sandbox)
     env.reset(minmax_task)
-    (r,) = env.step([c("Bash", command="ls " + "a" * MAX_BASH_COMMAND_CHARS)])
+    (r,) = env.step([c("Bash", command="ls " + "a" * MAX_BASH_COMMAND_CHARS)]).results
     assert r.status == "malformed"

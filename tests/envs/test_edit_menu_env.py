@@ -1,7 +1,8 @@
 import random
 
 from agentrl.envs import ToolCall, check_env, make_env
-from agentrl.envs.experts import edit_menu_turns, play
+from agentrl.envs.edit_menu import edit_menu_turns
+from agentrl.envs.experts import play
 
 
 def c(name, **args):
@@ -31,13 +32,13 @@ def test_menu_hides_the_correct_op_and_is_seeded(minmax_task, sandbox):
 def test_mistakes_unknown_op_second_edit_and_truncation(minmax_task, sandbox):
     env = make_env("edit-menu", sandbox=sandbox, max_turns=4)
     env.reset(minmax_task, seed=0)
-    (r,) = env.step([c("edit", op="fix_everything")])
+    (r,) = env.step([c("edit", op="fix_everything")]).results
     assert r.status == "malformed" and "fix_everything" in r.content
-    (r,) = env.step([ToolCall("", {}, raw="<tool_call>{oops", malformed="bad JSON")])
+    (r,) = env.step([ToolCall("", {}, raw="<tool_call>{oops", malformed="bad JSON")]).results
     assert r.status == "malformed"
-    r1, r2 = env.step([c("edit", op="fix_compare"), c("edit", op="fix_init")])
+    r1, r2 = env.step([c("edit", op="fix_compare"), c("edit", op="fix_init")]).results
     assert (r1.status, r2.status) == ("ok", "failed") and "limit" in r2.content
-    (r,) = env.step([c("run_tests")])
+    (r,) = env.step([c("run_tests")]).results
     assert r.status == "ok" and r.content.startswith("1/1 tests passed")
     assert env.done and env.end_reason == "out_of_turns" and env.truncated and not env.terminated
     s = env.stats()

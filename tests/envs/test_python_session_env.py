@@ -1,7 +1,8 @@
 import pytest
 
 from agentrl.envs import ToolCall, check_env, make_env
-from agentrl.envs.experts import play, python_session_turns
+from agentrl.envs.experts import play
+from agentrl.envs.python_session import python_session_turns
 from agentrl.tasks.mbpp import load_mbpp
 from agentrl.tasks.task import Task
 
@@ -28,9 +29,9 @@ def env(sandbox):
 def test_state_persists_and_reward_is_the_hidden_fraction(env):
     obs = env.reset(SQUARE)
     assert "squares a number" in obs.user and "assert square(3) == 9" in obs.user and "-2" not in obs.user
-    (r,) = env.step([run("def square(x):\n    return x * 3\nprint(square(3))")])
+    (r,) = env.step([run("def square(x):\n    return x * 3\nprint(square(3))")]).results
     assert r.status == "ok" and r.content == "9"
-    (r,) = env.step([run("square(2)")])  # state persists between calls
+    (r,) = env.step([run("square(2)")]).results  # state persists between calls
     env.final_answer("done")
     assert env.reward() == 0.25  # only square(3) == 9 passes
     assert env.stats()["reward_from_shown_tests"] == 0.25
@@ -69,7 +70,7 @@ def test_session_state_cannot_forge_a_pass(env, name):
 def test_live_session_patches_do_not_reach_grading(env):
     env.reset(SQUARE)
     env.step([run("def square(x):\n    return x * x")])
-    (r,) = env.step([run("import builtins\nbuiltins.sorted = lambda *a, **k: [1, 4]\nsquare = lambda x: 0\nprint('patched')")])
+    (r,) = env.step([run("import builtins\nbuiltins.sorted = lambda *a, **k: [1, 4]\nsquare = lambda x: 0\nprint('patched')")]).results
     assert r.content == "patched"
     env.final_answer("done")
     assert env.reward() == 0.0  # the later plain-name rebinding counts; the builtins patch does not
@@ -82,10 +83,10 @@ def test_live_session_patches_do_not_reach_grading(env):
 def test_blocked_imports_timeouts_and_errors(sandbox):
     env = make_env("python-session", sandbox=sandbox, cell_timeout_s=1.0)
     env.reset(SQUARE)
-    r1, r2, r3 = env.step([run("import subprocess"), run("def square(x):\n    return x * x"), run("1 / 0")])
+    r1, r2, r3 = env.step([run("import subprocess"), run("def square(x):\n    return x * x"), run("1 / 0")]).results
     assert r1.status == "failed" and "subprocess" in r1.content
     assert r2.status == "ok" and "ZeroDivisionError" in r3.content
-    (r,) = env.step([run("while True:\n    pass")])
+    (r,) = env.step([run("while True:\n    pass")]).results
     assert "timed out" in r.content
     env.final_answer("done")
     s = env.stats()

@@ -3,8 +3,8 @@ import random
 import pytest
 
 from agentrl.envs import ToolCall, check_env, make_env
-from agentrl.envs.experts import play, wordle_turns
-from agentrl.envs.wordle import feedback, shaped_score
+from agentrl.envs.experts import play
+from agentrl.envs.wordle import feedback, shaped_score, wordle_turns
 from agentrl.tasks.words import load_words, wordle_task
 
 C, P, A = "correct", "present", "absent"
@@ -32,24 +32,24 @@ def g(word):
 def test_solved_game_and_stats():
     env = make_env("wordle")
     env.reset(wordle_task("crane"), seed=0)
-    (r,) = env.step([g("slate")])
+    (r,) = env.step([g("slate")]).results
     assert r.status == "ok" and "a correct" in r.content and "s absent" in r.content
-    (r,) = env.step([g("CRANE")])
+    (r,) = env.step([g("CRANE")]).results
     assert env.done and env.end_reason == "solved" and env.terminated and env.reward() == 1.0
     assert env.stats()["guesses"] == 2 and env.stats()["turns"] == 2
 
 
 def test_invalid_guesses_fail_without_using_a_guess():
-    env = make_env("wordle", words=["crane", "slate"])
+    env = make_env("wordle", words=["crane", "slate"], max_calls_per_turn=None)
     env.reset(wordle_task("crane"))
-    res = env.step([g("toolong"), g("zzzzz"), g("sl4te"), ToolCall("guess", {}), g("slate")])
+    res = env.step([g("toolong"), g("zzzzz"), g("sl4te"), ToolCall("guess", {}), g("slate")]).results
     assert [r.status for r in res] == ["failed", "failed", "failed", "malformed", "ok"]
     s = env.stats()
     assert s["invalid_guesses"] == 3 and s["guesses"] == 1 and s["malformed_calls"] == 1 and s["failed_calls"] == 3
 
 
 def test_out_of_guesses_and_shaped_reward():
-    plain, shaped = make_env("wordle"), make_env("wordle", shaped=True)
+    plain, shaped = (make_env("wordle", max_calls_per_turn=None, shaped=s) for s in (False, True))
     for env in (plain, shaped):
         env.reset(wordle_task("crane"))
         env.step([g("crank"), g("crank"), g("slate"), g("slate"), g("slate"), g("slate")])

@@ -182,7 +182,13 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
     assert data["status"] == "completed" and data["config"] == cfg.to_dict()
     assert len(data["steps"]) == cfg.steps
     assert all(s["rollout/episodes"] == cfg.group_size * cfg.prompts_per_step for s in data["steps"])
+    for s in data["steps"]:  # the episode contract in the results file: unscorable count, end-reason fractions
+        ends = {k: v for k, v in s.items() if k.startswith("rollout/end_reason/")}
+        assert set(ends) == {f"rollout/end_reason/{r}" for r in data["env"]["end_reasons"]}
+        assert sum(ends.values()) == pytest.approx(1.0) and s["rollout/unscorable"] == 0
+    assert data["env"]["name"] == "coding-tools" and data["env"]["max_observation_chars"] == 4000
     before, after = (next(e for e in data["evaluations"] if e["label"] == lab) for lab in ("before", "after"))
+    assert before["unscorable"] == 0 and sum(before["end_reasons"].values()) == 10 * cfg.eval_n
     assert len(before["tasks"]) == 10 and all(t["trials"] == cfg.eval_n for t in before["tasks"])
     assert set(before["per_family"]) == {"minmax", "range", "compare", "zero", "init"}
     for ev in (before, after):  # an interval exactly when the tasks' rates differ; else n/a with the reason
@@ -287,6 +293,6 @@ def test_wordle_training_envs_get_the_word_list():
     env = make_env("wordle", **kw)
     secret = wordle_tasks(split="heldout")[0]
     env.reset(secret, seed=0)
-    assert env.step([ToolCall("guess", {"word": "zzzzz"})])[0].status == "failed"  # not a word: refused
-    assert env.step([ToolCall("guess", {"word": secret.id.removeprefix("wordle-")})])[0].status == "ok"
+    assert env.step([ToolCall("guess", {"word": "zzzzz"})]).results[0].status == "failed"  # not a word: refused
+    assert env.step([ToolCall("guess", {"word": secret.id.removeprefix("wordle-")})]).results[0].status == "ok"
     assert env.reward() == 1.0

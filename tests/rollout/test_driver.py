@@ -6,12 +6,13 @@ import json
 import re
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
 from agentrl.chat.template import encode, render_prompt
-from agentrl.envs.base import Env, Observation, ToolResult
+from agentrl.envs.base import Env, Observation, StepResult, ToolResult
 from agentrl.rollout.driver import RolloutConfig, run_episodes
 from agentrl.rollout.models import load_policy
 from agentrl.rollout.sampler import Sample, SamplingConfig
@@ -23,18 +24,24 @@ TOOLS = [{"type": "function", "function": {"name": "echo", "description": "Echo 
 
 
 class EchoEnv(Env):
-    """Echoes its argument; "fail" is rejected; reward 1 if the final answer is "done"."""
+    """Echoes its argument; "fail" is rejected; reward 1 if the final answer is "done". It owns its turn
+    limit (out_of_turns after max_turns) like every environment; `truncate` grades the state as is."""
 
     name = "echo"
 
-    def __init__(self, max_turns=4, step_sleep_s=0.0, crash=False):
-        self.max_turns, self.step_sleep_s, self.crash = max_turns, step_sleep_s, crash
+    def __init__(self, max_turns=4, step_sleep_s=0.0, crash=False, reward_value=None):
+        self.max_turns, self.step_sleep_s, self.crash, self.reward_value = max_turns, step_sleep_s, crash, reward_value
         self.active = {"now": 0, "peak": 0}
         self.lock = threading.Lock()
 
     def reset(self, task, seed=None):
-        self.answer, self.steps, self.end_reason, self.closed = None, 0, None, False
+        self.answer, self.steps, self.closed = None, 0, False
+        self.end_reason, self.terminated, self.truncated = None, False, False
         return Observation("You echo.", f"Task {task.id}", TOOLS)
+
+    def _result(self, results=()):
+        return StepResult(tuple(results), done=self.done, terminated=self.terminated, truncated=self.truncated,
+                          end_reason=self.end_reason)
 
     def step(self, calls):
         if self.crash:
@@ -45,20 +52,32 @@ class EchoEnv(Env):
         for c in calls:
             if c.malformed:
                 out.append(ToolResult(c, "malformed", f"error: {c.malformed}"))
+            elif c.name != "echo":
+                out.append(ToolResult(replace(c, malformed=f"unknown_tool: {c.name!r}"), "malformed", "error: unknown"))
             elif c.arguments["text"] == "fail":
                 out.append(ToolResult(c, "failed", "error: refused"))
             else:
                 out.append(ToolResult(c, "ok", c.arguments["text"]))
-        return out
+        if self.steps >= self.max_turns:
+            self.end_reason, self.truncated = "out_of_turns", True
+        return self._result(out)
 
     def final_answer(self, text):
-        self.answer, self.end_reason = text, "final_answer"
+        self.answer, self.end_reason, self.terminated = text, "final_answer", True
+        return self._result()
+
+    def truncate(self, reason):
+        if not self.done:
+            self.end_reason, self.truncated = reason, True
+        return self._result()
 
     @property
     def done(self):
         return self.end_reason is not None
 
     def reward(self):
+        if self.reward_value is not None:
+            return self.reward_value
         return 1.0 if self.answer == "done" else 0.0
 
     def tools(self):
@@ -69,7 +88,6 @@ class EchoEnv(Env):
 
     def close(self):
         self.closed = True
-
 
 def task(i):
     return Task(id=f"t{i}", family="echo", split="heldout", files={}, entry="f", source_file="f.py",
@@ -160,8 +178,9 @@ def test_context_budget_and_sandbox_errors(tok):
     assert trajs[0].end_reason == "out_of_tokens" and trajs[0].truncated and len(trajs[0].turns) < 4
     assert len(trajs[0].prompt_ids) + len(trajs[0].completion_ids) <= budget
     trajs, _, _ = run(tok, [[call("a")], ["done"]], envs=[EchoEnv(crash=True), EchoEnv()])
-    assert trajs[0].end_reason == "sandbox_error" and "sandbox died" in trajs[0].meta["error"]
-    assert trajs[0].reward == 0.0 and trajs[1].reward == 1.0  # one broken env does not stop the others
+    assert trajs[0].end_reason == "env_error" and "sandbox died" in trajs[0].meta["error"]
+    assert trajs[0].truncated and not trajs[0].terminated
+    assert trajs[0].reward is None and trajs[1].reward == 1.0  # one broken env does not stop the others
 
 
 def test_tool_calls_run_concurrently(tok):
@@ -174,8 +193,8 @@ def test_tool_calls_run_concurrently(tok):
 def test_real_tiny_qwen3_episodes(tok):
     model, tok2 = load_policy("tiny-qwen3")
     torch.manual_seed(0)
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=12, gen_batch=3), max_turns=2)
-    trajs = run_episodes(model, tok2, [(EchoEnv(), task(i)) for i in range(5)], cfg=cfg, seed=0)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=12, gen_batch=3))
+    trajs = run_episodes(model, tok2, [(EchoEnv(max_turns=2), task(i)) for i in range(5)], cfg=cfg, seed=0)
     for tr in trajs:
         check_invariants(tr)
         assert tr.end_reason in {"final_answer", "out_of_turns"} and tr.transcript.startswith("[system] You echo.")
@@ -193,8 +212,8 @@ def test_trainer_policy_logprobs_match_sampler_on_whole_trajectories(tok):
     """The trainer's helper (agentrl.rl.logprobs, branch rlmath) on right-padded whole episodes."""
     logprobs = pytest.importorskip("agentrl.rl.logprobs")
     model, tok2 = load_policy("tiny-qwen3")
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=10, gen_batch=4), max_turns=2)
-    trajs = run_episodes(model, tok2, [(EchoEnv(), task(i)) for i in range(4)], cfg=cfg, seed=1)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=10, gen_batch=4))
+    trajs = run_episodes(model, tok2, [(EchoEnv(max_turns=2), task(i)) for i in range(4)], cfg=cfg, seed=1)
     seqs = [list(t.prompt_ids + t.completion_ids) for t in trajs]
     width = max(map(len, seqs))
     ids = torch.zeros(len(seqs), width, dtype=torch.long)

@@ -1,15 +1,16 @@
 """Parse `<tool_call>{json}</tool_call>` blocks (Qwen3 / Hermes format) out of sampled text.
 
-Not the executor: environments run the calls. Not the schema registry: `check_call` validates a
-parsed call against the tool schemas an environment publishes (unknown tool, bad arguments).
+Not the executor and not the schema check: environments run the calls and own every rule about them
+(unknown tool, bad arguments, calls per turn: agentrl.envs.toolenv), marking a call they refuse with
+the same `ToolCall.malformed` vocabulary.
 
 Malformed classes (stored in `ToolCall.malformed`, the raw text is always kept):
     "bad_json"          the block's body is not one JSON value;
     "not_a_call"        JSON parses but is not an object with a string "name" and an object "arguments";
     "cut_off"           the turn hit the token limit inside an open `<tool_call>` block;
     "missing_close_tag" an open `<tool_call>` block without `</tool_call>` in a turn that ended normally;
-    "too_many_calls"    a call beyond `max_calls` in one turn;
-    "unknown_tool" / "bad_arguments"  (from `check_call`) the name or the arguments do not match a schema.
+    "unknown_tool" / "bad_arguments"  (set by the environment) the name or the arguments do not match a
+                        schema.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-
-import jsonschema
 
 from agentrl.envs.base import ToolCall
 
@@ -76,13 +75,12 @@ def _decode_call(body: str, max_body_chars: int = MAX_CALL_BODY_CHARS) -> tuple[
 
 
 def parse_tool_calls(
-    text: str, *, max_calls: int = 4, hit_token_limit: bool = False, max_body_chars: int = MAX_CALL_BODY_CHARS
+    text: str, *, hit_token_limit: bool = False, max_body_chars: int = MAX_CALL_BODY_CHARS
 ) -> tuple[list[ToolCall], str]:
     """Split one assistant turn into tool calls and the remaining (final-answer) text.
 
     Args:
         text: the decoded turn, without the end-of-turn token.
-        max_calls: calls allowed per turn; later calls are returned marked "too_many_calls".
         hit_token_limit: the turn ended at max_new_tokens (an unclosed block is then "cut_off").
         max_body_chars: bodies longer than this are not decoded and are marked "bad_json".
 
@@ -92,10 +90,8 @@ def parse_tool_calls(
         bodies of any kind (bad syntax, deep nesting, huge integers, oversize) become "bad_json" calls.
 
     Raises:
-        ValueError: max_calls < 1 or max_body_chars < 1 (caller bugs, not model output).
+        ValueError: max_body_chars < 1 (a caller bug, not model output).
     """
-    if max_calls < 1:
-        raise ValueError(f"max_calls must be >= 1, got {max_calls}")
     if max_body_chars < 1:
         raise ValueError(f"max_body_chars must be >= 1, got {max_body_chars}")
     calls: list[ToolCall] = []
@@ -110,42 +106,6 @@ def parse_tool_calls(
             why = "cut_off: the turn hit the token limit inside the call" if hit_token_limit else (
                 "missing_close_tag: no </tool_call> after the call" + (f" ({why})" if why else "")
             )
-        elif len(calls) >= max_calls:
-            why = f"too_many_calls: at most {max_calls} calls per turn"
         calls.append(ToolCall(name=name, arguments=args, raw=m.group(0), malformed=why))
     outside.append(text[pos:])
     return calls, "".join(outside).strip()
-
-
-def check_call(call: ToolCall, tools: list[dict[str, Any]]) -> ToolCall:
-    """Validate a parsed call against chat-template tool schemas.
-
-    Args:
-        call: a call from `parse_tool_calls` (already-malformed calls are returned unchanged).
-        tools: `[{"type": "function", "function": {"name", "description", "parameters"}}]`.
-
-    Returns:
-        The call, or a copy marked "unknown_tool" / "bad_arguments" (JSON Schema, via jsonschema).
-    """
-    if call.malformed:
-        return call
-    by_name = {t.get("function", t).get("name"): t.get("function", t) for t in tools}
-    spec = by_name.get(call.name)
-    if spec is None:
-        known = ", ".join(sorted(str(n) for n in by_name))
-        return _mark(call, f"unknown_tool: {call.name!r} is not one of [{known}]")
-    schema = spec.get("parameters") or {"type": "object"}
-    try:
-        jsonschema.validate(call.arguments, schema)
-    except jsonschema.ValidationError as e:
-        where = "/".join(str(p) for p in e.absolute_path) or "arguments"
-        return _mark(call, f"bad_arguments: {where}: {e.message}")
-    except jsonschema.SchemaError:
-        raise  # the environment published a broken schema: a bug to surface, not the model's fault
-    except Exception as e:  # noqa: BLE001 - e.g. RecursionError on pathologically nested arguments
-        return _mark(call, f"bad_arguments: arguments could not be validated ({type(e).__name__})")
-    return call
-
-
-def _mark(call: ToolCall, why: str) -> ToolCall:
-    return ToolCall(name=call.name, arguments=call.arguments, raw=call.raw, malformed=why)

@@ -2,8 +2,10 @@
 
 Checks: the tool schemas are valid JSON Schema and match what the tools accept; reset and the
 expert's episode are deterministic under a seed (tool output compared with wall-clock durations
-masked); reset clears all state; the scripted expert (the reference solution)
-scores 1.0; an episode ends with an end_reason after at most max_turns turns.
+masked); reset clears all state; the scripted expert (the reference solution) scores 1.0; every
+StepResult agrees with the environment's own flags and names an end reason its EnvSpec declares;
+an episode ends "out_of_turns" (truncated) after max_turns bad turns; `truncate` ends a running
+episode and its final state is still graded.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from __future__ import annotations
 import inspect
 import random
 import re
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
 
-from agentrl.envs.base import Env, ToolCall
-from agentrl.envs.experts import expert_turns, play
+from agentrl.envs.base import Env, StepResult, ToolCall
+from agentrl.envs.experts import play
 from agentrl.tasks.task import Task
+
+Expert = Callable[..., list[list[ToolCall]]]
 
 
 class EnvCheckError(AssertionError):
@@ -80,7 +85,7 @@ def _check_probes(env: Env, task: Task, seed: int) -> list[str]:
     problems = []
     for probe, want in _probe_calls(env):
         env.reset(task, seed=seed)
-        (result,) = env.step([probe])
+        (result,) = env.step([probe]).results
         if result.status != want:
             problems.append(f"call {probe.name}({probe.arguments}) got status {result.status!r}, expected {want!r}")
     return problems
@@ -91,20 +96,45 @@ def _check_probes(env: Env, task: Task, seed: int) -> list[str]:
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?s\b")
 
 
-def _episode(env: Env, task: Task, seed: int, turns: list[list[ToolCall]]) -> tuple[Any, ...]:
+def step_problems(env: Env, res: StepResult, end_reasons: tuple[str, ...] | None) -> list[str]:
+    """How a StepResult disagrees with the environment's own state (done, flags, reason) or names an
+    end reason outside `end_reasons` (None: not checked)."""
+    if not isinstance(res, StepResult):
+        return [f"step/final_answer/truncate returned {type(res).__name__}, expected a StepResult"]
+    problems = []
+    mine = (env.done, env.terminated, env.truncated, env.end_reason)
+    theirs = (res.done, res.terminated, res.truncated, res.end_reason)
+    if mine != theirs:
+        problems.append(f"StepResult (done, terminated, truncated, end_reason) {theirs} differs from the env's {mine}")
+    if res.end_reason is not None and end_reasons is not None and res.end_reason not in end_reasons:
+        problems.append(f"end reason {res.end_reason!r} is not among the EnvSpec's end_reasons {end_reasons}")
+    return problems
+
+
+def _episode(env: Env, task: Task, seed: int, turns: list[list[ToolCall]],
+             problems: list[str] | None = None, end_reasons: tuple[str, ...] | None = None) -> tuple[Any, ...]:
     obs = env.reset(task, seed=seed)
     contents = []
     for calls in turns:
         if env.done:
             break
-        contents.append(tuple((r.status, _DURATION.sub("<t>s", r.content)) for r in env.step(calls)))
+        res = env.step(calls)
+        if problems is not None:
+            problems += step_problems(env, res, end_reasons)
+        contents.append(tuple((r.status, _DURATION.sub("<t>s", r.content)) for r in res.results))
     if not env.done:
-        env.final_answer("done")
+        res = env.final_answer("done")
+        if problems is not None:
+            problems += step_problems(env, res, end_reasons)
     return obs, tuple(contents), env.reward(), env.end_reason, tuple(sorted(env.stats().items()))
 
 
-def check_env(env: Env, task: Task, seed: int = 0) -> dict[str, Any]:
+def check_env(env: Env, task: Task, seed: int = 0, *, spec: Any = None) -> dict[str, Any]:
     """Run every check on `env` with `task`; return a summary, or raise EnvCheckError listing all problems.
+
+    Args:
+        spec: the environment's agentrl.envs.EnvSpec (its scripted expert and end reasons); default:
+            the spec registered under `env.name`.
 
     An exception raised by the environment during a check is reported as a problem of that check.
 
@@ -112,13 +142,16 @@ def check_env(env: Env, task: Task, seed: int = 0) -> dict[str, Any]:
         {"reward": expert reward, "turns": expert turns, "end_reason": ...}.
 
     Raises:
-        EnvCheckError: any check failed.
+        EnvCheckError: any check failed. ValueError: no spec given and `env.name` is not registered.
     """
+    from agentrl.envs.registry import get_spec
+
+    spec = spec if spec is not None else get_spec(env.name)
     problems: list[str] = []
     summary: dict[str, Any] = {}
-    for check in (_check_static, _check_expert, _check_reset_clears, _check_truncation):
+    for check in (_check_static, _check_expert, _check_reset_clears, _check_truncation, _check_truncate):
         try:
-            problems += check(env, task, seed, summary)
+            problems += check(env, task, seed, summary, spec)
         except Exception as e:  # an env bug found by the check, not a crash of the checker
             problems.append(f"{check.__name__.removeprefix('_check_')}: {type(e).__name__}: {e}")
     if problems:
@@ -126,7 +159,7 @@ def check_env(env: Env, task: Task, seed: int = 0) -> dict[str, Any]:
     return summary
 
 
-def _check_static(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
+def _check_static(env: Env, task: Task, seed: int, summary: dict[str, Any], spec: Any) -> list[str]:
     fresh = env.reset(task, seed=seed)
     problems = _check_schemas(env, fresh.tools) + _check_signatures(env)
     if env.done or env.end_reason is not None:
@@ -134,10 +167,10 @@ def _check_static(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> l
     return problems + _check_probes(env, task, seed)
 
 
-def _check_expert(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
-    problems = []
-    turns = expert_turns(env.name, task, random.Random(seed))
-    first = _episode(env, task, seed, turns)
+def _check_expert(env: Env, task: Task, seed: int, summary: dict[str, Any], spec: Any) -> list[str]:
+    problems: list[str] = []
+    turns = spec.expert(task, random.Random(seed))
+    first = _episode(env, task, seed, turns, problems, spec.end_reasons)
     second = _episode(env, task, seed, turns)
     if first != second:
         problems.append("two episodes with the same seed and calls differ (observation, results, reward or stats)")
@@ -149,11 +182,10 @@ def _check_expert(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> l
     return problems
 
 
-def _check_reset_clears(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
+def _check_reset_clears(env: Env, task: Task, seed: int, summary: dict[str, Any], spec: Any) -> list[str]:
     fresh = env.reset(task, seed=seed)
     fresh_stats = env.stats()
-    random_op = env.name in ("edit-menu", "coding-tools")
-    turns = expert_turns(env.name, task, random.Random(seed + 1), random_op=random_op)
+    turns = spec.expert(task, random.Random(seed + 1), random_op=spec.random_op_expert)
     play(env, task, [[ToolCall("__no_such_tool__", {})]] + turns + turns, seed=seed)
     again = env.reset(task, seed=seed)
     if again != fresh or env.stats() != fresh_stats or env.done:
@@ -161,12 +193,30 @@ def _check_reset_clears(env: Env, task: Task, seed: int, summary: dict[str, Any]
     return []
 
 
-def _check_truncation(env: Env, task: Task, seed: int, summary: dict[str, Any]) -> list[str]:
+def _check_truncation(env: Env, task: Task, seed: int, summary: dict[str, Any], spec: Any) -> list[str]:
     env.reset(task, seed=seed)
+    problems: list[str] = []
+    res = None
     for _ in range(env.max_turns):
         if env.done:
             break
-        env.step([ToolCall("__no_such_tool__", {})])
-    if not env.done or env.end_reason != "out_of_turns":
-        return [f"after max_turns={env.max_turns} bad turns the episode is not out_of_turns ({env.end_reason})"]
-    return []
+        res = env.step([ToolCall("__no_such_tool__", {})])
+        problems += step_problems(env, res, spec.end_reasons)
+    if res is None or not (res.done and res.truncated and res.end_reason == "out_of_turns"):
+        ending = None if res is None else (res.end_reason, res.truncated)
+        problems.append(f"after max_turns={env.max_turns} bad turns the episode is not out_of_turns, truncated "
+                        f"(got {ending})")
+    return problems
+
+
+def _check_truncate(env: Env, task: Task, seed: int, summary: dict[str, Any], spec: Any) -> list[str]:
+    """`truncate("out_of_tokens")` ends a running episode, truncated, and its final state is graded."""
+    env.reset(task, seed=seed)
+    res = env.truncate("out_of_tokens")
+    problems = step_problems(env, res, None)
+    if not (res.done and res.truncated and res.end_reason == "out_of_tokens"):
+        problems.append(f"truncate('out_of_tokens') gave {res}, expected done, truncated, 'out_of_tokens'")
+    reward = env.reward()
+    if reward is not None and not 0.0 <= reward <= 1.0:
+        problems.append(f"the reward of a truncated episode is {reward}, expected a number in [0, 1] or None")
+    return problems

@@ -7,9 +7,11 @@ model-written code goes through agentrl.sandbox.
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
+from agentrl.envs.base import StepResult, ToolCall
 from agentrl.envs.bash_tool import (
     REPO_ROOT,
     BashError,
@@ -19,7 +21,15 @@ from agentrl.envs.bash_tool import (
     repo_path,
     returned_files,
 )
-from agentrl.envs.toolenv import SourceGradedEnv, ToolRejected, ToolSpec, object_schema
+from agentrl.envs.experts import call, candidate_line_edits
+from agentrl.envs.registry import EnvSpec
+from agentrl.envs.toolenv import (
+    DEFAULT_MAX_CALLS_PER_TURN,
+    SourceGradedEnv,
+    ToolRejected,
+    ToolSpec,
+    object_schema,
+)
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -74,12 +84,14 @@ class CodingToolsEnv(SourceGradedEnv):
         max_turns: assistant turns per episode (default 6).
         max_calls_per_turn: tool calls run per turn (default 4; extra calls fail unrun).
         sandbox: an agentrl.sandbox.Sandbox (shared for pooled grading); default: a new one.
+        rules: ToolEnv's max_observation_chars (default 4000).
     """
 
     name = "coding-tools"
 
-    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = 4, sandbox: Any = None):
-        super().__init__(max_turns=max_turns, max_calls_per_turn=max_calls_per_turn)
+    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
+                 sandbox: Any = None, **rules: Any):
+        super().__init__(max_turns=max_turns, max_calls_per_turn=max_calls_per_turn, **rules)
         self._sandbox = sandbox
         self.files: dict[str, str] = {}
         self._read: set[str] = set()
@@ -237,12 +249,11 @@ class CodingToolsEnv(SourceGradedEnv):
         assert self.task is not None
         return self._grade_source(self.files.get(self.task.source_file))
 
-    def final_answer(self, text: str) -> None:
+    def final_answer(self, text: str) -> StepResult:
         """Record the final answer and whether it claims the tests pass (stat claims_tests_pass)."""
         if self.task is not None and not self.done and claims_tests_pass(text):
             self._bump("claims_tests_pass")
-        super().final_answer(text)
-
+        return super().final_answer(text)
 
 
 def posixpath_basename(path: str) -> str:
@@ -259,3 +270,34 @@ def _format_run(result: Any) -> str:
     elif result.exit_code not in (0, None):
         parts.append(f"[exit code {result.exit_code}]")
     return "\n".join(p for p in parts if p)
+
+
+def coding_tools_turns(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
+    """The scripted expert: Read -> one whole-line Edit -> pytest; the edit from the correct op (or a
+    random candidate). Tasks without edit ops (datasets) get Read -> Write(reference) -> pytest."""
+    path = f"{REPO_ROOT}/{task.source_file}"
+    test_file = f"test_{task.module.split('.')[-1]}.py"
+    test = [call("Bash", command=f"cd {REPO_ROOT} && python -m pytest -q {test_file}")]
+    if not task.edit_ops:
+        return [[call("Read", file_path=path)], [call("Write", file_path=path, content=task.reference)], test]
+    candidates = candidate_line_edits(task)
+    if random_op:
+        if not candidates:
+            raise ValueError(f"task {task.id!r}: no edit op applies as a unique line edit")
+        _, (old, new) = rng.choice(candidates)
+    else:
+        correct = task.correct_op
+        match = [e for name, e in candidates if correct is not None and name == correct.name]
+        if not match:
+            raise ValueError(f"task {task.id!r}: the correct op does not apply as a unique line edit")
+        old, new = match[0]
+    return [[call("Read", file_path=path)], [call("Edit", file_path=path, old_string=old, new_string=new)], test]
+
+
+ENV_SPEC = EnvSpec(
+    name="coding-tools", cls=CodingToolsEnv, expert=coding_tools_turns, random_op_expert=True,
+    summary="Read/Edit/Write/Bash over an in-memory repository (Claude Code's tools)",
+    task_sources="bug-fix tasks with repository files (--tasks bugfix or a bug-fix JSONL)",
+    accepts=lambda task: task.source_file in task.files,
+    end_reasons=("final_answer", "out_of_turns"),
+)

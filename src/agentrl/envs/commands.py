@@ -71,10 +71,10 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
         if through_session:
             r = play(env, task, [[ToolCall("run_python", {"code": task.reference})]], final_answer="done")
             per_test = env._per_test
-            rewards.append(r)
+            rewards.append(0.0 if r is None else r)
             shown_reward += sum(per_test[i] for i in task.meta.get("shown_test_indices", ()) if i < len(per_test)) / len(task.hidden_tests)
-            if r < 1.0:
-                failures.append((task.id, f"reward {r:.2f}"))
+            if r is None or r < 1.0:
+                failures.append((task.id, "unscorable: the sandbox could not grade" if r is None else f"reward {r:.2f}"))
             continue
         env.reset(task)
         jobs.append(env.grading_job([task.reference]))
@@ -126,7 +126,8 @@ def bugfix_check(sandbox: Any, n_per_family: int = 2, seed: int = 0) -> dict[str
         by_family: dict[str, list[float]] = {}
         for task in tasks:
             turns = expert_turns(env_name, task, random.Random(seed))
-            by_family.setdefault(task.family, []).append(play(env, task, turns, seed=seed))
+            r = play(env, task, turns, seed=seed)
+            by_family.setdefault(task.family, []).append(0.0 if r is None else r)  # unscorable: not a pass
         out[env_name] = {f: sum(v) / len(v) for f, v in sorted(by_family.items())}
         env.close()
     return out

@@ -11,7 +11,9 @@ import random
 from typing import Any
 
 from agentrl.envs.base import ToolCall, ToolResult
+from agentrl.envs.experts import call, pick_op
 from agentrl.envs.grading import report_lines, source_job
+from agentrl.envs.registry import EnvSpec
 from agentrl.envs.toolenv import SourceGradedEnv, ToolMalformed, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 
@@ -42,12 +44,13 @@ class EditMenuEnv(SourceGradedEnv):
         max_turns: assistant turns per episode (default 6).
         max_edits: successful edits allowed per episode (default 1).
         sandbox: an agentrl.sandbox.Sandbox (shared for pooled grading); default: a new one.
+        rules: ToolEnv's max_calls_per_turn (default 4) and max_observation_chars (default 4000).
     """
 
     name = "edit-menu"
 
-    def __init__(self, max_turns: int = 6, max_edits: int = 1, sandbox: Any = None):
-        super().__init__(max_turns=max_turns)
+    def __init__(self, max_turns: int = 6, max_edits: int = 1, sandbox: Any = None, **rules: Any):
+        super().__init__(max_turns=max_turns, **rules)
         self.max_edits = max_edits
         self._sandbox = sandbox
         self.source = ""
@@ -128,3 +131,19 @@ class EditMenuEnv(SourceGradedEnv):
 
     def _score(self) -> float:
         return self._grade_source(self.source)
+
+
+def edit_menu_turns(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
+    """The scripted expert: read -> edit(op) -> run_tests -> submit, with the correct op (or a random one)."""
+    op = pick_op(task, rng, random_op)
+    return [[call("read_file")], [call("edit", op=op.name)], [call("run_tests")], [call("submit")]]
+
+
+ENV_SPEC = EnvSpec(
+    name="edit-menu", cls=EditMenuEnv, expert=edit_menu_turns, random_op_expert=True,
+    summary="read the file, apply one edit from a menu by name, run the public tests, submit",
+    task_sources="bug-fix tasks with an edit menu (--tasks bugfix or a bug-fix JSONL)",
+    accepts=lambda task: bool(task.edit_ops),
+    end_reasons=("submitted", "final_answer", "out_of_turns"),
+    config_kwargs=lambda cfg: {"max_edits": cfg.max_edits},
+)

@@ -1,8 +1,9 @@
-"""Scripted experts: the tool-call turns a competent agent plays in each environment (for tests, checks
-and supervised warm starts).
+"""Scripted experts: helpers for the tool-call turns a competent agent plays (for tests, checks and
+supervised warm starts), `expert_turns` (the expert an environment's EnvSpec names) and `play`.
 
-Not a policy and not an environment: experts read the task (including its authored edit ops and
-reference), which a learning agent never sees.
+Each environment's own expert lives in its module, beside its EnvSpec. Not a policy and not an
+environment: experts read the task (including its authored edit ops and reference), which a learning
+agent never sees.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import random
 
 from agentrl.envs.base import ToolCall
-from agentrl.envs.bash_tool import REPO_ROOT
-from agentrl.envs.wordle import feedback
 from agentrl.tasks.task import EditOp, Task
 
 FINAL_ANSWER = "I fixed the function and ran the tests."
@@ -53,79 +52,18 @@ def candidate_line_edits(task: Task) -> list[tuple[str, tuple[str, str]]]:
     return out
 
 
-def _pick_op(task: Task, rng: random.Random, random_op: bool) -> EditOp:
+def pick_op(task: Task, rng: random.Random, random_op: bool) -> EditOp:
+    """The edit op an expert applies: the task's correct op, or (random_op) any op of the menu.
+
+    Raises:
+        ValueError: no correct op and not random_op.
+    """
     if random_op:
         return rng.choice(list(task.edit_ops))
     op = task.correct_op
     if op is None:
         raise ValueError(f"task {task.id!r} has no correct edit op")
     return op
-
-
-def edit_menu_turns(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
-    """read -> edit(op) -> run_tests -> submit, with the correct op (or a random one)."""
-    op = _pick_op(task, rng, random_op)
-    return [[call("read_file")], [call("edit", op=op.name)], [call("run_tests")], [call("submit")]]
-
-
-def coding_tools_turns(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
-    """Read -> one whole-line Edit -> pytest; the edit from the correct op (or a random candidate).
-
-    Tasks without edit ops (datasets) get Read -> Write(reference) -> pytest.
-    """
-    path = f"{REPO_ROOT}/{task.source_file}"
-    test_file = f"test_{task.module.split('.')[-1]}.py"
-    test = [call("Bash", command=f"cd {REPO_ROOT} && python -m pytest -q {test_file}")]
-    if not task.edit_ops:
-        return [[call("Read", file_path=path)], [call("Write", file_path=path, content=task.reference)], test]
-    candidates = candidate_line_edits(task)
-    if random_op:
-        if not candidates:
-            raise ValueError(f"task {task.id!r}: no edit op applies as a unique line edit")
-        _, (old, new) = rng.choice(candidates)
-    else:
-        correct = task.correct_op
-        match = [e for name, e in candidates if correct is not None and name == correct.name]
-        if not match:
-            raise ValueError(f"task {task.id!r}: the correct op does not apply as a unique line edit")
-        old, new = match[0]
-    return [[call("Read", file_path=path)], [call("Edit", file_path=path, old_string=old, new_string=new)], test]
-
-
-def python_session_turns(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
-    """Define the reference solution, then run the shown example test(s) on it."""
-    shown = "\n".join(task.public_tests)
-    turns = [[call("run_python", code=task.reference)]]
-    if shown:
-        turns.append([call("run_python", code=f"{task.test_setup}\n{shown}\nprint('example test passed')".lstrip())])
-    return turns
-
-
-def wordle_turns(task: Task, rng: random.Random, random_op: bool = False, words: list[str] | None = None,
-                 max_guesses: int = 6) -> list[list[ToolCall]]:
-    """Guess a random word consistent with all feedback so far (simulated against the known secret).
-
-    Without `words` the candidate pool is the secret alone (a one-guess game).
-    """
-    secret = task.meta["secret"]
-    pool = sorted(set(words or []) | {secret})
-    turns = []
-    for _ in range(max_guesses):
-        guess = rng.choice(pool)
-        turns.append([call("guess", word=guess)])
-        if guess == secret:
-            break
-        marks = feedback(guess, secret)
-        pool = [w for w in pool if feedback(guess, w) == marks]
-    return turns
-
-
-_EXPERTS = {
-    "edit-menu": edit_menu_turns,
-    "coding-tools": coding_tools_turns,
-    "python-session": python_session_turns,
-    "wordle": wordle_turns,
-}
 
 
 def expert_turns(env_name: str, task: Task, rng: random.Random | None = None, *,
@@ -139,14 +77,15 @@ def expert_turns(env_name: str, task: Task, rng: random.Random | None = None, *,
     Raises:
         ValueError: unknown environment, or the task lacks what the expert needs.
     """
-    if env_name not in _EXPERTS:
-        raise ValueError(f"no expert for environment {env_name!r}; known: {', '.join(_EXPERTS)}")
-    return _EXPERTS[env_name](task, rng or random.Random(0), random_op=random_op)
+    from agentrl.envs.registry import get_spec
+
+    return get_spec(env_name).expert(task, rng or random.Random(0), random_op=random_op)
 
 
 def play(env, task: Task, turns: list[list[ToolCall]], seed: int | None = 0,
-         final_answer: str = FINAL_ANSWER) -> float:
-    """Reset `env` on `task`, play `turns`, give `final_answer` if still running; return the reward."""
+         final_answer: str = FINAL_ANSWER) -> float | None:
+    """Reset `env` on `task`, play `turns`, give `final_answer` if still running; return the reward
+    (None: the environment could not score the episode)."""
     env.reset(task, seed=seed)
     for calls in turns:
         if env.done:

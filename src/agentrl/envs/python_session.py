@@ -8,13 +8,17 @@ graded in a fresh sandbox process from the definitions in the agent's cells (nev
 from __future__ import annotations
 
 import ast
+import random
 import sys
 from typing import Any
 
+from agentrl.envs.base import ToolCall
+from agentrl.envs.experts import call
 from agentrl.envs.grading import grade, is_sandbox_failure
+from agentrl.envs.registry import EnvSpec
 from agentrl.envs.session_grader import hardened_job
 from agentrl.envs.session_grader import parse_quietly as _parse
-from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
+from agentrl.envs.toolenv import DEFAULT_MAX_CALLS_PER_TURN, ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.sandbox.api import TestJob
 from agentrl.tasks.task import Task
 
@@ -67,13 +71,15 @@ class PythonSessionEnv(ToolEnv):
         allowed_imports: importable top-level modules; default: the standard library minus
             DENIED_MODULES (so no good reference solution fails for lack of a stdlib module).
         cell_timeout_s: wall-clock limit of one run_python call, seconds.
+        rules: ToolEnv's max_observation_chars (default 4000).
     """
 
     name = "python-session"
 
-    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = 4, sandbox: Any = None,
-                 allowed_imports: frozenset[str] | set[str] | None = None, cell_timeout_s: float = 10.0):
-        super().__init__(max_turns=max_turns, max_calls_per_turn=max_calls_per_turn)
+    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
+                 sandbox: Any = None, allowed_imports: frozenset[str] | set[str] | None = None,
+                 cell_timeout_s: float = 10.0, **rules: Any):
+        super().__init__(max_turns=max_turns, max_calls_per_turn=max_calls_per_turn, **rules)
         self._sandbox = sandbox
         self.allowed_imports = frozenset(DEFAULT_ALLOWED_IMPORTS if allowed_imports is None else allowed_imports)
         self.cell_timeout_s = cell_timeout_s
@@ -123,12 +129,12 @@ class PythonSessionEnv(ToolEnv):
         return hardened_job(self.cells if cells is None else cells, task.module, task.hidden_tests,
                             task.test_setup, extra_names=(task.entry,))
 
-    def _score(self) -> float:
+    def _score(self) -> float | None:
         report = grade(self.sandbox, self.grading_job())
         self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         self._per_test = tuple(o.status == "pass" for o in report.outcomes) if not report.error else ()
         self._close_session()
-        return report.fraction
+        return None if is_sandbox_failure(report) else report.fraction
 
     def stats(self) -> dict[str, float]:
         out = super().stats()
@@ -159,3 +165,21 @@ def _format_cell(out: Any, timeout_s: float) -> str:
     elif out.error:
         parts.append(f"[sandbox error: {out.error}]")
     return "\n".join(p for p in parts if p) or "(no output)"
+
+
+def python_session_turns(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
+    """The scripted expert: define the reference solution, then run the shown example test(s) on it."""
+    shown = "\n".join(task.public_tests)
+    turns = [[call("run_python", code=task.reference)]]
+    if shown:
+        turns.append([call("run_python", code=f"{task.test_setup}\n{shown}\nprint('example test passed')".lstrip())])
+    return turns
+
+
+ENV_SPEC = EnvSpec(
+    name="python-session", cls=PythonSessionEnv, expert=python_session_turns,
+    summary="run_python in a persistent sandboxed session; reward = fraction of hidden tests passed",
+    task_sources="function-writing problems (--tasks mbpp | humaneval, or bugfix)",
+    accepts=lambda task: task.family != "wordle",
+    end_reasons=("final_answer", "out_of_turns"),
+)

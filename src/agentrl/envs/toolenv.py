@@ -1,4 +1,5 @@
-"""Shared machinery of the tool-calling environments: schemas, validation, turn counting, stats.
+"""Shared machinery of the tool-calling environments: schemas, validation, the episode rules (turn
+limit, calls per turn, observation budget, end states), stats.
 
 Not an environment itself (see edit_menu.py, coding_tools.py, python_session.py, wordle.py) and not
 the chat-level parser that turns sampled text into ToolCalls (agentrl.chat).
@@ -8,17 +9,45 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
 
-from agentrl.envs.base import Env, Observation, ToolCall, ToolResult
+from agentrl.envs.base import Env, Observation, StepResult, ToolCall, ToolResult
 from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
-BASE_STATS: tuple[str, ...] = ("turns", "tool_calls", "malformed_calls", "failed_calls", "ok_calls")
+BASE_STATS: tuple[str, ...] = ("turns", "tool_calls", "malformed_calls", "failed_calls", "ok_calls",
+                               "observations_capped", "observation_chars_cut")
+DEFAULT_MAX_CALLS_PER_TURN = 4  # the write-ups' "up to four tool calls in one turn"
+DEFAULT_MAX_OBSERVATION_CHARS = 4000  # about 1k tokens per tool result: model-sized, far below the sandbox's byte cap
+
+
+def cap_observation(text: str, max_chars: int | None) -> tuple[str, int]:
+    """Cap one tool observation to about `max_chars` characters, keeping its head and tail.
+
+    The middle is replaced by a visible mark, `[... N characters cut ...]`, so the model knows output
+    was dropped and how much (a traceback's last lines and a file's first lines both survive). This
+    is the model's budget, separate from the sandbox's byte cap on captured output.
+
+    Args:
+        text: the observation.
+        max_chars: the budget in characters (None or 0: no cap). The result is at most `max_chars`
+            long whenever `max_chars` exceeds the mark's own length (about 40 characters).
+
+    Returns:
+        (the capped text, the number of characters cut: 0 when `text` fits).
+    """
+    if not max_chars or len(text) <= max_chars:
+        return text, 0
+    width = len(f"\n[... {len(text)} characters cut ...]\n")  # the longest the mark can be
+    keep = max(0, max_chars - width)
+    head = (keep + 1) // 2
+    tail = keep - head
+    cut = len(text) - keep
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:] if tail else ''}", cut
 
 
 class ToolRejected(Exception):
@@ -65,11 +94,19 @@ def object_schema(properties: dict[str, Any], required: tuple[str, ...] = ()) ->
 class ToolEnv(Env):
     """Base class: validates calls against the schemas, runs handlers in order, counts turns and stats.
 
-    Subclasses define `_specs() -> list[ToolSpec]`, `_start(task, seed) -> Observation text parts`
-    via `_reset_episode`, and `_score() -> float`. A call is malformed if the parser flagged it
-    (`ToolCall.malformed`), names an unknown tool, or its arguments fail the tool's JSON schema
-    (jsonschema Draft 2020-12); a handler raising ToolRejected makes it "failed". Every call uses
-    up the turn it is in; after `max_turns` turns the episode is truncated ("out_of_turns").
+    Subclasses define `_specs() -> list[ToolSpec]`, `_reset_episode(task, seed) -> (system, user)`,
+    and `_score() -> float | None` (None: the sandbox could not grade). The rules, all here: a call
+    is malformed if the parser flagged it (`ToolCall.malformed`), names an unknown tool, or its
+    arguments fail the tool's JSON schema (jsonschema Draft 2020-12); a handler raising ToolRejected
+    makes it "failed"; calls past `max_calls_per_turn` in one turn fail unrun; every call uses up the
+    turn it is in; each observation is capped to `max_observation_chars` (cap_observation); after
+    `max_turns` turns the episode is truncated ("out_of_turns"). Subclasses end episodes with
+    `_end(reason)` (terminated) from a tool handler.
+
+    Args:
+        max_turns: assistant turns per episode (>= 1).
+        max_calls_per_turn: calls run per turn (None: no limit; default 4).
+        max_observation_chars: per-call observation budget in characters (None or 0: no cap).
     """
 
     _sandbox: Any = None  # set by subclasses that run code; `sandbox` makes a default one on first use
@@ -81,17 +118,24 @@ class ToolEnv(Env):
             self._sandbox = default_sandbox()
         return self._sandbox
 
-    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = None):
+    def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
+                 max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if max_calls_per_turn is not None and max_calls_per_turn < 1:
+            raise ValueError(f"max_calls_per_turn must be >= 1 or None, got {max_calls_per_turn}")
+        if max_observation_chars is not None and max_observation_chars < 0:
+            raise ValueError(f"max_observation_chars must be >= 0 or None, got {max_observation_chars}")
         self.max_turns = max_turns
         self.max_calls_per_turn = max_calls_per_turn
+        self.max_observation_chars = max_observation_chars
         self.task: Task | None = None
         self.end_reason = None
         self.truncated = False
         self._counts: Counter[str] = Counter()
         self._specs_by_name: dict[str, ToolSpec] = {}
         self._reward: float | None = None
+        self._scored = False
         self.final_text: str | None = None
 
     # -- subclass hooks ---------------------------------------------------------------------------
@@ -102,8 +146,8 @@ class ToolEnv(Env):
         """Clear episode state for `task`; return (system prompt, user message)."""
         raise NotImplementedError
 
-    def _score(self) -> float:
-        """Compute the episode's reward once it has ended."""
+    def _score(self) -> float | None:
+        """Compute the episode's reward once it has ended (None: it cannot be scored)."""
         raise NotImplementedError
 
     def _stat_names(self) -> tuple[str, ...]:
@@ -117,6 +161,7 @@ class ToolEnv(Env):
         self.end_reason = None
         self.truncated = False
         self._reward = None
+        self._scored = False
         self.final_text = None
         self._counts = Counter({k: 0 for k in BASE_STATS + self._stat_names()})
         self._specs_by_name = {s.name: s for s in self._specs()}
@@ -140,52 +185,67 @@ class ToolEnv(Env):
     def turns(self) -> int:
         return self._counts["turns"]
 
-    def step(self, calls: list[ToolCall]) -> list[ToolResult]:
-        """Run one assistant turn's calls in order; one ToolResult each.
+    def step(self, calls: list[ToolCall]) -> StepResult:
+        """Run one assistant turn's calls in order (see Env.step); one ToolResult each, same order.
 
         Raises:
             RuntimeError: if called before reset() or after the episode ended.
         """
-        if self.task is None:
-            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
-        if self.done:
-            raise RuntimeError(f"{type(self).__name__}.step() called after the episode ended ({self.end_reason})")
+        self._check_running("step")
         self._counts["turns"] += 1
         results = []
         for i, call in enumerate(calls):
             if self.done:
-                results.append(self._count(ToolResult(call, "failed", "Error: the episode has ended; call not run.")))
+                result = ToolResult(call, "failed", "Error: the episode has ended; call not run.")
             elif self.max_calls_per_turn is not None and i >= self.max_calls_per_turn:
-                msg = f"Error: at most {self.max_calls_per_turn} tool calls per turn; call not run."
-                results.append(self._count(ToolResult(call, "failed", msg)))
+                result = ToolResult(call, "failed",
+                                    f"Error: at most {self.max_calls_per_turn} tool calls per turn; call not run.")
             else:
-                results.append(self._count(self._run_call(call)))
+                result = self._run_call(call)
+            results.append(self._count(self._capped(result)))
         if not self.done and self.turns >= self.max_turns:
             self._end("out_of_turns", truncated=True)
-        return results
+        return self._step_result(results)
 
-    def final_answer(self, text: str) -> None:
-        """An assistant turn without tool calls: the final answer; ends the episode."""
-        if self.task is None:
-            raise RuntimeError(f"{type(self).__name__}.final_answer() called before reset()")
-        if self.done:
-            return
+    def final_answer(self, text: str) -> StepResult:
+        """An assistant turn without tool calls: the final answer; ends the episode ("final_answer").
+
+        Raises:
+            RuntimeError: before reset() or after the episode ended.
+        """
+        self._check_running("final_answer")
         self._counts["turns"] += 1
         self.final_text = text
         self._end("final_answer")
+        return self._step_result([])
 
-    def reward(self) -> float:
-        """The episode's reward (computed once, on first call after the end; 0.0 while running).
+    def truncate(self, reason: str) -> StepResult:
+        """End the running episode from outside (e.g. "out_of_tokens"), truncated; see Env.truncate.
 
         Raises:
-            RuntimeError: before reset().
+            RuntimeError: before reset(). ValueError: an empty reason.
+        """
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__}.truncate() called before reset()")
+        if not reason:
+            raise ValueError("truncate() needs a non-empty reason")
+        self._end(reason, truncated=True)
+        return self._step_result([])
+
+    def reward(self) -> float | None:
+        """The episode's reward on its final state (computed once; None: it cannot be scored).
+
+        Raises:
+            RuntimeError: before reset() or before the episode has ended (see `truncate`).
         """
         if self.task is None:
             raise RuntimeError(f"{type(self).__name__}.reward() called before reset()")
         if not self.done:
-            return 0.0
-        if self._reward is None:
-            self._reward = float(self._score())
+            raise RuntimeError(f"{type(self).__name__}.reward() called while the episode runs; end it "
+                               "(final_answer, truncate) first")
+        if not self._scored:
+            score = self._score()
+            self._reward, self._scored = (None if score is None else float(score)), True
         return self._reward
 
     def stats(self) -> dict[str, float]:
@@ -194,9 +254,28 @@ class ToolEnv(Env):
 
     # -- helpers ----------------------------------------------------------------------------------
     def _end(self, reason: str, truncated: bool = False) -> None:
+        """End the episode with `reason` (terminated, or truncated); the first ending wins."""
         if self.end_reason is None:
             self.end_reason = reason
             self.truncated = truncated
+
+    def _check_running(self, what: str) -> None:
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__}.{what}() called before reset()")
+        if self.done:
+            raise RuntimeError(f"{type(self).__name__}.{what}() called after the episode ended ({self.end_reason})")
+
+    def _step_result(self, results: list[ToolResult]) -> StepResult:
+        return StepResult(tuple(results), done=self.done, terminated=self.terminated, truncated=self.truncated,
+                          end_reason=self.end_reason)
+
+    def _capped(self, result: ToolResult) -> ToolResult:
+        content, cut = cap_observation(result.content, self.max_observation_chars)
+        if not cut:
+            return result
+        self._counts["observations_capped"] += 1
+        self._counts["observation_chars_cut"] += cut
+        return ToolResult(result.call, result.status, content)
 
     def _bump(self, stat: str, n: int = 1) -> None:
         self._counts[stat] += n
@@ -207,15 +286,20 @@ class ToolEnv(Env):
         return result
 
     def _run_call(self, call: ToolCall) -> ToolResult:
+        """One call under the schema rules. A call this refuses comes back marked in the parser's
+        vocabulary (`ToolCall.malformed`: "unknown_tool: ...", "bad_arguments: ..."), so rollout
+        counters classify parser and environment refusals alike."""
         if call.malformed:
             return ToolResult(call, "malformed", f"Error: malformed tool call ({call.malformed}).")
         spec = self._specs_by_name.get(call.name)
         if spec is None:
             known = ", ".join(self._specs_by_name)
-            return ToolResult(call, "malformed", f"Error: unknown tool {call.name!r}; available tools: {known}.")
+            marked = replace(call, malformed=f"unknown_tool: {call.name!r} is not one of [{known}]")
+            return ToolResult(marked, "malformed", f"Error: unknown tool {call.name!r}; available tools: {known}.")
         problem = schema_problem(spec.parameters, call.arguments)
         if problem:
-            return ToolResult(call, "malformed", f"Error: invalid arguments for {spec.name}: {problem}")
+            marked = replace(call, malformed=f"bad_arguments: {problem}")
+            return ToolResult(marked, "malformed", f"Error: invalid arguments for {spec.name}: {problem}")
         try:
             return ToolResult(call, "ok", spec.handler(**call.arguments))
         except ToolRejected as e:
@@ -230,7 +314,10 @@ def schema_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
     """Why `arguments` fails the JSON schema `parameters` (one line), or None if it is valid."""
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {type(arguments).__name__}"
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(parameters).iter_errors(arguments))
+    try:
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(parameters).iter_errors(arguments))
+    except RecursionError:  # pathologically nested arguments: the model's fault, not a crash
+        return "arguments are nested too deeply to validate"
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
@@ -246,12 +333,15 @@ class SourceGradedEnv(ToolEnv):
 
     _hidden_fraction: float = 0.0
 
-    def _grade_source(self, source: str | None) -> float:
-        """Grade `source` (None: the file is gone) on the task's hidden tests in the sandbox."""
+    def _grade_source(self, source: str | None) -> float | None:
+        """Grade `source` (None: the file is gone) on the task's hidden tests in the sandbox; None when
+        the sandbox itself failed to grade (after `grade`'s retries): unscorable, not a 0."""
         assert self.task is not None
         report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
         self._hidden_fraction = report.fraction
         self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
+        if is_sandbox_failure(report):
+            return None
         return 1.0 if report.all_passed and source is not None else 0.0
 
     def stats(self) -> dict[str, float]:

@@ -5,9 +5,15 @@ Not a word-list loader (agentrl.tasks.words) and not a solver (experts.py plays 
 
 from __future__ import annotations
 
+import functools
+import random
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
+from agentrl.envs.base import ToolCall
+from agentrl.envs.experts import call
+from agentrl.envs.registry import EnvSpec
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
 from agentrl.tasks.words import WORD_LENGTH, wordle_task  # noqa: F401  (re-exported)
@@ -60,13 +66,17 @@ class WordleEnv(ToolEnv):
         words: accepted guesses (default: any five lower-case letters).
         shaped: use the shaped reward.
         sandbox: accepted so that every environment takes `make_env(name, sandbox=...)`; unused.
+        rules: ToolEnv's max_calls_per_turn (default 4) and max_observation_chars (default 4000).
+
+    Ends: "solved" and "out_of_guesses" (the game is over: terminated), "final_answer" (a reply
+    without a guess; terminated), "out_of_turns" (truncated).
     """
 
     name = "wordle"
 
     def __init__(self, max_guesses: int = 6, max_turns: int | None = None, words: Iterable[str] | None = None,
-                 shaped: bool = False, sandbox: object = None):
-        super().__init__(max_turns=max_turns or max_guesses + 2)
+                 shaped: bool = False, sandbox: object = None, **rules: Any):
+        super().__init__(max_turns=max_turns or max_guesses + 2, **rules)
         self.max_guesses = max_guesses
         self.words = frozenset(words) if words is not None else None
         self.shaped = shaped
@@ -117,3 +127,43 @@ class WordleEnv(ToolEnv):
         if self.shaped and self.guesses:
             return 0.5 * max(shaped_score(m) for _, m in self.guesses)
         return 0.0
+
+
+def wordle_turns(task: Task, rng: random.Random, random_op: bool = False, words: list[str] | None = None,
+                 max_guesses: int = 6) -> list[list[ToolCall]]:
+    """The scripted expert: guess a random word consistent with all feedback so far (simulated against
+    the known secret). Without `words` the candidate pool is the secret alone (a one-guess game)."""
+    secret = task.meta["secret"]
+    pool = sorted(set(words or []) | {secret})
+    turns = []
+    for _ in range(max_guesses):
+        guess = rng.choice(pool)
+        turns.append([call("guess", word=guess)])
+        if guess == secret:
+            break
+        marks = feedback(guess, secret)
+        pool = [w for w in pool if feedback(guess, w) == marks]
+    return turns
+
+
+@functools.cache
+def default_words() -> frozenset[str]:
+    """The default Wordle dictionary (agentrl.tasks.words.load_words), loaded once per process."""
+    from agentrl.tasks.words import load_words
+
+    return frozenset(load_words())
+
+
+def _config_kwargs(cfg: Any) -> dict[str, Any]:
+    """A run gets the word list, so a guess that is not a word is refused as in the real game."""
+    return {"words": default_words()}
+
+
+ENV_SPEC = EnvSpec(
+    name="wordle", cls=WordleEnv, expert=wordle_turns,
+    summary="guess a five-letter word in six guesses with per-letter feedback",
+    task_sources="Wordle words (--tasks wordle)",
+    accepts=lambda task: task.family == "wordle",
+    end_reasons=("solved", "out_of_guesses", "final_answer", "out_of_turns"),
+    config_kwargs=_config_kwargs,
+)

@@ -6,6 +6,7 @@ not the sampler (agentrl.rollout).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,7 +33,8 @@ def _task_result(task: Task, trajs: Sequence[Trajectory]) -> TaskResult:
 def summarize(tasks: Sequence[Task], trajs: Sequence[Trajectory], n: int,
               boot: BootstrapConfig) -> EvalReport:
     """Group `trajs` (n per task, any order) by task into one EvalReport: per-task counts (an episode with
-    reward None is unscorable: not a trial), per-family counts, pass@1 with its interval (from `boot`).
+    reward None is unscorable: not a trial), per-family counts, end-reason counts, pass@1 with its interval
+    (from `boot`).
 
     Raises:
         ValueError: if some task does not have exactly `n` trajectories, or one belongs to no task.
@@ -47,7 +49,8 @@ def summarize(tasks: Sequence[Task], trajs: Sequence[Trajectory], n: int,
     if bad:
         raise ValueError(f"expected {n} episodes per task, got {bad}")
     return report_from_counts([_task_result(t, by_task[t.id]) for t in tasks], boot, tool_stats=mean_stats(trajs),
-                              transcripts={t.id: by_task[t.id][0].transcript for t in tasks})
+                              transcripts={t.id: by_task[t.id][0].transcript for t in tasks},
+                              end_reasons=dict(sorted(Counter(tr.end_reason or "unknown" for tr in trajs).items())))
 
 
 def evaluate(

@@ -71,12 +71,15 @@ class EvalReport:
         pass_at_1: macro pass@1 over the scored tasks with its task-level bootstrap interval.
         tool_stats: mean of every tool statistic over all episodes.
         transcripts: one full transcript per task (the first episode); not part of `to_dict`.
+        end_reasons: {end_reason: episodes} over all episodes (the episode contract's vocabulary:
+            the environment's EnvSpec.end_reasons plus the driver's "out_of_tokens", "env_error").
     """
 
     tasks: tuple[TaskResult, ...]
     pass_at_1: Interval
     tool_stats: dict[str, float] = field(default_factory=dict)
     transcripts: dict[str, str] = field(default_factory=dict)
+    end_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def task_ids(self) -> list[str]:
@@ -108,7 +111,8 @@ class EvalReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON record of agentrl.io.results (keys: tasks, per_family, pass_at_1, unscorable, tool_stats)."""
+        """The JSON record of agentrl.io.results (keys: tasks, per_family, pass_at_1, unscorable, end_reasons,
+        tool_stats)."""
         return {
             "tasks": [{"task_id": t.task_id, "family": t.family, "episodes": t.episodes, "trials": t.trials,
                        "successes": t.successes, "unscorable": t.unscorable, "mean_reward": t.mean_reward}
@@ -118,6 +122,7 @@ class EvalReport:
                            for f, r in self.per_family().items()},
             "pass_at_1": self.pass_at_1.to_dict(),
             "unscorable": self.unscorable,
+            "end_reasons": dict(self.end_reasons),
             "tool_stats": dict(self.tool_stats),
         }
 
@@ -129,7 +134,8 @@ class EvalReport:
                                  episodes=int(t.get("episodes", t["trials"])), trials=int(t["trials"]),
                                  successes=int(t["successes"]), mean_reward=t.get("mean_reward"))
                       for t in d["tasks"])
-        return cls(tasks=tasks, pass_at_1=Interval.from_dict(d["pass_at_1"]), tool_stats=dict(d.get("tool_stats") or {}))
+        return cls(tasks=tasks, pass_at_1=Interval.from_dict(d["pass_at_1"]), tool_stats=dict(d.get("tool_stats") or {}),
+                   end_reasons={str(k): int(v) for k, v in (d.get("end_reasons") or {}).items()})
 
 
 def _pass_at_1(tasks: Sequence[TaskResult], boot: BootstrapConfig) -> Interval:
@@ -143,7 +149,8 @@ def _pass_at_1(tasks: Sequence[TaskResult], boot: BootstrapConfig) -> Interval:
 
 def report_from_counts(tasks: Sequence[TaskResult], boot: BootstrapConfig, *,
                        tool_stats: dict[str, float] | None = None,
-                       transcripts: dict[str, str] | None = None) -> EvalReport:
+                       transcripts: dict[str, str] | None = None,
+                       end_reasons: dict[str, int] | None = None) -> EvalReport:
     """An EvalReport from per-task counts (computes pass@1 and its interval once, with `boot`).
 
     Raises:
@@ -153,7 +160,7 @@ def report_from_counts(tasks: Sequence[TaskResult], boot: BootstrapConfig, *,
     if not ids or len(set(ids)) != len(ids):
         raise ValueError(f"report_from_counts: need at least one task and distinct task ids, got {ids}")
     return EvalReport(tasks=tuple(tasks), pass_at_1=_pass_at_1(tasks, boot), tool_stats=dict(tool_stats or {}),
-                      transcripts=dict(transcripts or {}))
+                      transcripts=dict(transcripts or {}), end_reasons=dict(end_reasons or {}))
 
 
 @dataclass(frozen=True)

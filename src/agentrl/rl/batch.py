@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ class TrainBatch:
             (never position 0, never prompt, observation or padding tokens).
         old_logprobs: [N, L] float32, the sampler's log-prob of the token AT that position (0 elsewhere).
         advantages: [N] float32, one advantage per episode (from agentrl.rl.advantages).
-        rewards: [N] float32, the environment's rewards (for metrics).
+        rewards: [N] float32, the environment's rewards (for metrics; NaN for an unscorable episode).
     """
 
     input_ids: torch.Tensor
@@ -105,5 +106,6 @@ def collate(
         adv = torch.as_tensor(advantages, dtype=torch.float32).reshape(-1)
         if adv.numel() != n:
             raise ValueError(f"collate: advantages must have one value per trajectory ({n}), got {adv.numel()}")
-    rewards = torch.tensor([float(t.reward) for t in trajectories], dtype=torch.float32)
+    rewards = torch.tensor([math.nan if t.reward is None else float(t.reward) for t in trajectories],
+                           dtype=torch.float32)
     return TrainBatch(input_ids, attention_mask, policy_mask, old_logprobs, adv, rewards)

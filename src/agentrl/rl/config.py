@@ -17,6 +17,13 @@ AdvMode = Literal["grpo", "dr_grpo", "rloo", "none"]
 ADV_MODES: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "none")
 
 
+def _env_help() -> str:
+    """The --env help, from the registered EnvSpecs (name and one-line summary each)."""
+    from agentrl.envs import env_specs
+
+    return "Environment: " + "; ".join(f"{n} ({s.summary})" for n, s in env_specs().items()) + "."
+
+
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - `help` is HfArgumentParser's metadata key
     return field(default=default, metadata={"help": help})
 
@@ -31,7 +38,7 @@ class RLConfig:
 
     # -- what to train on
     model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, or 'tiny-qwen3' (random tiny Qwen3).")
-    env: str = _f("coding-tools", "Environment: edit-menu | coding-tools | python-session | wordle.")
+    env: str = _f("coding-tools", _env_help())
     tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
     train_size: int = _f(256, "Training tasks: generated bug-fix instances, or a cap on a dataset's train split (0 = all).")
@@ -40,6 +47,9 @@ class RLConfig:
     randomize_names: bool = _f(True, "Rename the function under test to an unrelated name (no hint about the bug).")
     max_turns: int = _f(6, "Maximum assistant turns per episode.")
     max_edits: int = _f(1, "Edits allowed per episode in the edit-menu env (ignored by the other envs).")
+    max_observation_chars: int = _f(4000, "Characters of one tool observation the model sees; longer ones keep "
+                                          "head and tail around a '[... N characters cut ...]' mark (0 = no cap). "
+                                          "Separate from the sandbox's byte cap on captured output.")
     # -- sampling
     group_size: int = _f(8, "Episodes per prompt (G); advantages are computed within each group.")
     prompts_per_step: int = _f(8, "Distinct training tasks per step (B); a step has B*G episodes.")
@@ -63,6 +73,9 @@ class RLConfig:
     lr: float = _f(1e-6, "AdamW learning rate.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this value before each optimizer step.")
+    mask_truncated: bool = _f(False, "Give episodes that end out of turns or out of tokens advantage 0 (TRL's "
+                                     "mask_truncated_completions; they still count in their group's baseline). "
+                                     "Default: they are graded on their final state like any other episode.")
     logprob_chunk_rows: int = _f(1024, "Policy positions per LM-head chunk (bounds the [rows, vocab] logits).")
     # -- numerics and hardware
     dtype: Literal["fp32", "bf16"] = _f("fp32", "Model parameter dtype.")
@@ -94,7 +107,7 @@ class RLConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
         for name in ("steps", "eval_every", "checkpoint_every", "max_edits", "train_size", "eval_size",
-                     "keep_checkpoints"):
+                     "keep_checkpoints", "max_observation_chars"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         if self.adv_mode not in ADV_MODES:

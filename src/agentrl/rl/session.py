@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
-import functools
 import logging
 import os
 import signal
@@ -46,47 +45,34 @@ def resolve_device(device: str) -> str:
     return device
 
 
-@functools.cache
-def _wordle_words() -> frozenset[str]:
-    """The default Wordle dictionary, loaded once per process (guesses outside it are rejected)."""
-    from agentrl.tasks.words import load_words
-
-    return frozenset(load_words())
-
-
 def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
-    """Constructor arguments of `cfg.env` (max_edits exists in edit-menu only; Wordle gets its word
-    list, so a guess that is not a word is refused as in the real game)."""
-    kw: dict[str, Any] = {"sandbox": sandbox, "max_turns": cfg.max_turns}
-    if cfg.env == "edit-menu":
-        kw["max_edits"] = cfg.max_edits
-    if cfg.env == "wordle":
-        kw["words"] = _wordle_words()
-    return kw
+    """Constructor arguments of `cfg.env`, as its EnvSpec maps the run config (plus the shared sandbox)."""
+    from agentrl.envs import get_spec
 
-
-# Which task sources each environment can run (bug-fix tasks carry repo files and an edit menu; MBPP and
-# HumanEval carry a problem statement for run_python; Wordle carries a secret word).
-ENV_TASKS = {
-    "edit-menu": "bug-fix tasks with an edit menu (--tasks bugfix or a bug-fix JSONL)",
-    "coding-tools": "bug-fix tasks with repository files (--tasks bugfix or a bug-fix JSONL)",
-    "python-session": "function-writing problems (--tasks mbpp | humaneval, or bugfix)",
-    "wordle": "Wordle words (--tasks wordle)",
-}
+    return get_spec(cfg.env).kwargs_from_config(cfg, sandbox=sandbox)
 
 
 def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
-    """ValueError naming the supported sources when `env` cannot run the tasks of `tasks`."""
+    """ValueError naming the supported sources when `env` cannot run the tasks of `tasks` (its EnvSpec says)."""
+    from agentrl.envs import get_spec
+
+    spec = get_spec(env)
     sample = (tasks.train or tasks.heldout)[0]
-    ok = {
-        "edit-menu": bool(sample.edit_ops),
-        "coding-tools": sample.source_file in sample.files,
-        "python-session": sample.family != "wordle",
-        "wordle": sample.family == "wordle",
-    }.get(env, True)
-    if not ok:
+    if not spec.accepts(sample):
         raise ValueError(f"--env {env} cannot run --tasks {tasks.source} (task {sample.id!r}); "
-                         f"it takes {ENV_TASKS[env]}")
+                         f"it takes {spec.task_sources}")
+
+
+def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The results file's "env" section: the environment, its constructor arguments (the sandbox and
+    word lists summarised), its rules and its end-reason vocabulary."""
+    from agentrl.envs import get_spec
+
+    spec = get_spec(name)
+    shown = {k: (f"<{len(v)} words>" if k == "words" and v is not None else v) for k, v in kwargs.items()
+             if k != "sandbox"}
+    return {"name": name, "class": f"{spec.cls.__module__}.{spec.cls.__qualname__}", "kwargs": shown,
+            "max_observation_chars": kwargs.get("max_observation_chars"), "end_reasons": list(spec.all_end_reasons())}
 
 
 @contextlib.contextmanager
@@ -171,22 +157,21 @@ class RunSession:
                               top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch)
 
     def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None,
-                label: str = "rollout") -> list[Trajectory]:
+                label: str = "rollout", policy_version: int | None = None) -> list[Trajectory]:
         """One episode per entry of `tasks` (a fresh env each), all advancing together (a progress bar
-        named `label` counts finished episodes)."""
+        named `label` counts finished episodes); `policy_version` is stored in each Trajectory."""
         from agentrl.envs import make_env
         from agentrl.rollout.driver import RolloutConfig, run_episodes
 
         cfg = self.cfg
-        rcfg = RolloutConfig(sampling=self.sampling_config(), max_turns=cfg.max_turns,
-                             max_context_tokens=cfg.max_context_tokens)
+        rcfg = RolloutConfig(sampling=self.sampling_config(), max_context_tokens=cfg.max_context_tokens)
         pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
         self.model.eval()
         bar = self.progress.add_task(label, total=len(pairs)) if self.progress is not None else None
         try:
             return run_episodes(
                 self.model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=self.sampler,
-                group_ids=list(group_ids) if group_ids is not None else None,
+                group_ids=list(group_ids) if group_ids is not None else None, policy_version=policy_version,
                 on_progress=None if bar is None else (lambda done, total: self.progress.update(bar, completed=done)),
             )
         finally:
@@ -222,11 +207,11 @@ class RunSession:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
         """
         from agentrl.cli_checks import check_output_dir
-        from agentrl.envs import ENV_NAMES
+        from agentrl.envs import env_names
 
         cfg.validate()
-        if cfg.env not in ENV_NAMES:
-            raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(ENV_NAMES)}")
+        if cfg.env not in env_names():
+            raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
         out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
         resolve_device(cfg.device)
         tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
@@ -301,7 +286,8 @@ class RunSession:
             log.info("resumed from %s at step %d", ckpt, start)
         elif cfg.resume:
             log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
-        env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
+        kwargs = env_kwargs(cfg, sandbox)
+        env = make_env(cfg.env, **kwargs)
         env.reset(tasks.heldout[0], seed=cfg.seed)
         schemas = env.tools()
         env.close()
@@ -311,6 +297,7 @@ class RunSession:
         else:
             results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
         results.set("tool_schemas", schemas)
+        results.set("env", env_section(cfg.env, kwargs))
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                               "heldout_ids": [t.id for t in tasks.heldout]})

@@ -20,9 +20,9 @@ from agentrl.eval.bootstrap import BootstrapConfig
 from agentrl.eval.evaluate import evaluate, mean_stats
 from agentrl.eval.noise import run_noise
 from agentrl.eval.report import EvalReport, paired_difference
-from agentrl.rl.advantages import group_advantages
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
+from agentrl.rl.scoring import episode_advantages, outcome_metrics
 from agentrl.rl.session import RunSession
 from agentrl.rl.update import minibatch_step
 from agentrl.tasks.task import Task
@@ -50,16 +50,19 @@ def train_step(sess: RunSession, step: int) -> dict[str, float]:
     """One GRPO step: B groups of G episodes, rewards from the env, advantages, the update.
 
     Returns the step's scalar metrics (reward, pass rate, zero-std groups, loss, entropy, clip
-    fraction, sampler-trainer gap, KL, grad norm, tokens/s, peak memory, tool statistics, seconds).
+    fraction, sampler-trainer gap, KL, grad norm, tokens/s, peak memory, tool statistics, seconds,
+    unscorable episodes and end-reason fractions). Rewards and pass rate are over scorable episodes.
     """
+    from agentrl.envs import get_spec
+
     cfg = sess.cfg
     t0 = time.perf_counter()
     tasks = step_tasks(sess.tasks.train, cfg.prompts_per_step, cfg.group_size, cfg.seed, step)
     trajs = sess.rollout(tasks, seed=_seed(cfg, "train", step), group_ids=[i // cfg.group_size for i in range(len(tasks))],
-                         label=f"step {step} rollouts")
+                         label=f"step {step} rollouts", policy_version=step)
     t_roll = time.perf_counter() - t0
-    rewards = torch.tensor([tr.reward for tr in trajs], dtype=torch.float32)
-    adv, adv_stats = group_advantages(rewards, cfg.group_size, cfg.adv_mode)
+    adv, adv_stats = episode_advantages(trajs, cfg.adv_mode, mask_truncated=cfg.mask_truncated)
+    scored = [float(tr.reward) for tr in trajs if tr.reward is not None]
     batch = collate(trajs, sess.pad_id, advantages=adv)
     t1 = time.perf_counter()
     sess.model.train()
@@ -71,10 +74,11 @@ def train_step(sess: RunSession, step: int) -> dict[str, float]:
             sess.results.add_transcript("train_step0", tr.task_id, tr.transcript, step=0, reward=tr.reward, write=False)
     sampled = sum(tr.num_policy_tokens for tr in trajs)
     return {
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std(unbiased=False)),
-        "pass_rate": float((rewards >= 1.0).float().mean()),
-        **{f"adv/{k}": float(v) for k, v in adv_stats.items()},
+        "reward_mean": adv_stats.pop("reward_mean"),
+        "reward_std": adv_stats.pop("reward_std"),
+        "pass_rate": sum(r >= 1.0 for r in scored) / len(scored) if scored else float("nan"),
+        **{f"adv/{k}": float(v) for k, v in adv_stats.items() if k != "unscorable"},
+        **outcome_metrics(trajs, get_spec(cfg.env).all_end_reasons()),
         **{k: float(v) for k, v in upd.items()},
         **{f"tools/{k}": v for k, v in mean_stats(trajs).items()},
         "rollout/episodes": float(len(trajs)),
@@ -94,7 +98,8 @@ def bootstrap_config(cfg: RLConfig) -> BootstrapConfig:
 def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
     """Evaluate the fixed held-out set (eval_n episodes per task) and record it in the results file."""
     cfg = sess.cfg
-    rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}"),
+    rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}",
+                                           policy_version=step),
                    sess.tasks.heldout, cfg.eval_n, bootstrap_config(cfg))
     if label in ("before", "after"):
         for tid, text in rep.transcripts.items():
@@ -102,6 +107,7 @@ def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
     sess.results.add_evaluation(label, step=step, report=rep)
     log.info("eval %-7s step %d: pass@1 %s  successes per task %s (of %s)%s", label, step, rep.pass_at_1.describe(),
              rep.successes, _trials_text(rep.trials), f"  unscorable episodes {rep.unscorable}" if rep.unscorable else "")
+    log.info("eval %-7s end reasons: %s", label, ", ".join(f"{k} {v}" for k, v in rep.end_reasons.items()))
     return rep
 
 
@@ -120,11 +126,13 @@ def record_paired_difference(sess: RunSession, after: EvalReport) -> None:
 
 
 def _log_step(step: int, m: dict[str, float]) -> None:
-    log.info("step %d  reward %.3f  pass %.3f  zero-std %.2f  loss %.4f  entropy %.3f  clip %.3f  gnorm %.3f  "
-             "%.1fs (rollout %.1fs, update %.1fs)", step, m["reward_mean"], m["pass_rate"],
-             m.get("adv/frac_zero_std", float("nan")), m.get("loss", float("nan")), m.get("entropy", float("nan")),
-             m.get("clip_frac", float("nan")), m.get("grad_norm", float("nan")), m["time/step_s"],
-             m["time/rollout_s"], m["time/update_s"])
+    log.info("step %d  reward %.3f  pass %.3f  zero-std %.2f  unscorable %d  loss %.4f  entropy %.3f  clip %.3f  "
+             "gnorm %.3f  %.1fs (rollout %.1fs, update %.1fs)", step, m["reward_mean"], m["pass_rate"],
+             m.get("adv/frac_zero_std", float("nan")), m.get("rollout/unscorable", 0), m.get("loss", float("nan")),
+             m.get("entropy", float("nan")), m.get("clip_frac", float("nan")), m.get("grad_norm", float("nan")),
+             m["time/step_s"], m["time/rollout_s"], m["time/update_s"])
+    ends = {k.removeprefix("rollout/end_reason/"): v for k, v in m.items() if k.startswith("rollout/end_reason/") and v}
+    log.info("step %d  end reasons: %s", step, ", ".join(f"{k} {v:.2f}" for k, v in ends.items()) or "none")
 
 
 def train(cfg: RLConfig, *, sampler: Any = None) -> Path:

@@ -91,7 +91,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     """Load the policy, check template and tools, run `cfg.episodes` held-out episodes.
 
     Returns:
-        {"trajectories", "template_check", "env_check", "end_reasons", "mean_reward", "tool_stats",
+        {"trajectories", "template_check", "env_check", "end_reasons", "mean_reward" (over scorable episodes),
+         "unscorable", "tool_stats",
          "wall_clock_s", "episodes_per_s"}.
 
     Raises:
@@ -116,7 +117,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     t1 = time.perf_counter()
     rcfg = RolloutConfig(
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
-        max_turns=cfg.max_turns, max_context_tokens=cfg.max_context_tokens,
+        max_context_tokens=cfg.max_context_tokens,
     )
     trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)
     rollout_s = time.perf_counter() - t1
@@ -127,7 +128,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
         f"{tok.decode(list(fmt.stub_ids))!r})",
         "env_check": env_check,
         "end_reasons": dict(Counter(t.end_reason for t in trajs)),
-        "mean_reward": sum(t.reward for t in trajs) / max(1, len(trajs)),
+        "mean_reward": sum(t.reward for t in trajs if t.reward is not None) / max(1, sum(t.scorable for t in trajs)),
+        "unscorable": sum(not t.scorable for t in trajs),
         "tool_stats": {k: sum(t.stats.get(k, 0.0) for t in trajs) / max(1, len(trajs)) for k in keys},
         "wall_clock_s": time.perf_counter() - t0,
         "episodes_per_s": len(trajs) / rollout_s if rollout_s > 0 else float("nan"),
@@ -140,7 +142,8 @@ def print_report(report: dict[str, Any], cfg: SmokeConfig) -> None:
     print(f"env check ({cfg.env}): {report['env_check']}")
     for tr in report["trajectories"][: cfg.show]:
         print(f"\n--- transcript {tr.task_id} ---\n{tr.transcript}")
-    print(f"\nend reasons: {report['end_reasons']}   mean reward: {report['mean_reward']:.3f}")
+    print(f"\nend reasons: {report['end_reasons']}   mean reward: {report['mean_reward']:.3f}   "
+          f"unscorable: {report['unscorable']}")
     print("tool stats (mean per episode): " + ", ".join(f"{k}={v:.2f}" for k, v in report["tool_stats"].items()))
     print(f"{len(report['trajectories'])} episodes in {report['wall_clock_s']:.1f} s "
           f"({report['episodes_per_s']:.2f} episodes/s in rollout)")

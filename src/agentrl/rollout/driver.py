@@ -3,49 +3,55 @@
 Not the sampler (agentrl.rollout.sampler), not the environments (agentrl.envs), not the reward (the
 environment computes it). Each round, every live episode samples one assistant turn (batched), then
 all their tool calls run concurrently in a thread pool (environments call the sandbox), then each
-episode appends the template's tool-response ids. Ends: final answer, the environment's own end
-(submitted, solved, out of turns), out_of_turns, out_of_tokens (context budget), sandbox_error.
+episode appends the template's tool-response ids.
+
+The environment owns the episode's rules and its end states (turn limit, calls per turn, schema
+checks, observation budget; `StepResult` says when and why it ended); the Trajectory copies its
+flags. The driver adds only what only it knows: "out_of_tokens" (the context budget; it calls
+`env.truncate`, so the final state is still graded) and "env_error" (the environment or its sandbox
+raised, or broke the contract; truncated, reward None: unscorable, never a silent 0).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.chat.parse import check_call, parse_tool_calls
+from agentrl.chat.parse import parse_tool_calls
 from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TurnFormat, assert_tito_consistent, observation_ids, turn_format
-from agentrl.envs.base import Env, Observation, ToolCall, ToolResult
+from agentrl.envs.base import Env, Observation, StepResult, ToolCall
 from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
 from agentrl.rollout.trajectory import Trajectory, Turn
 from agentrl.tasks.task import Task
 
-TERMINATING = {"final_answer", "submitted", "solved"}
+log = logging.getLogger("agentrl.rollout")
+OUT_OF_TOKENS = "out_of_tokens"
+ENV_ERROR = "env_error"
 # (contexts, per-context max_new_tokens) -> one Sample each; e.g. an OpenAI-compatible server client.
 SampleFn = Callable[[list[list[int]], list[int]], list[Sample]]
 
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """Episode-level knobs (the sampler's are in `sampling`).
+    """Episode-level knobs of the driver (the sampler's are in `sampling`; the episode rules, such as
+    the turn limit and calls per turn, are the environment's).
 
     Attributes:
-        max_turns: assistant turns per episode (None: each environment's own `max_turns`).
         max_context_tokens: prompt + completion budget per episode; beyond it the episode ends
-            "out_of_tokens".
-        max_calls: tool calls run per turn; later ones are malformed ("too_many_calls").
+            "out_of_tokens" (truncated, graded on its final state).
         tool_workers: threads executing environments' `step` concurrently.
         enable_thinking: template thinking mode (False: non-thinking, where the template supports it).
         check_template: run `assert_tito_consistent` once per distinct tool-schema set.
     """
 
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    max_turns: int | None = None
     max_context_tokens: int = 4096
-    max_calls: int = 4
     tool_workers: int = 8
     enable_thinking: bool = False
     check_template: bool = True
@@ -63,16 +69,39 @@ class _Episode:
     logps: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     end_reason: str = ""
+    terminated: bool = False
+    truncated: bool = False
     error: str = ""
 
     @property
     def context(self) -> list[int]:
         return self.prompt_ids + self.completion
 
+    def end(self, res: StepResult) -> None:
+        """Take the environment's ending (its flags and reason) as the episode's."""
+        self.end_reason, self.terminated, self.truncated = res.end_reason or "", res.terminated, res.truncated
 
-def _step_env(env: Env, calls: list) -> list[ToolResult] | BaseException:
+
+class _ErrorLog:
+    """Logs environment exceptions: the first of a run_episodes call with its traceback, later ones
+    in one line each; always with the task id (a bug is never a silent reward of 0)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, ep: _Episode, where: str, err: BaseException | str) -> None:
+        ep.end_reason, ep.terminated, ep.truncated = ENV_ERROR, False, True
+        ep.error = f"{where}: {type(err).__name__}: {err}" if isinstance(err, BaseException) else f"{where}: {err}"
+        first = self.seen == 0
+        self.seen += 1
+        exc_info = err if first and isinstance(err, BaseException) else None
+        log.error("environment %s failed in %s on task %s (episode unscorable): %s", ep.env.name or
+                  type(ep.env).__name__, where, ep.task.id, ep.error, exc_info=exc_info)
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
     try:
-        return env.step(calls)
+        return fn(*args)
     except Exception as e:  # a broken env/sandbox ends this episode, never the run
         return e
 
@@ -90,6 +119,7 @@ class _Driver:
         self.fmt = turn_format(tokenizer, enable_thinking=cfg.enable_thinking)
         self.checked: set[str] = set()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.fmt.eot_ids[0]
+        self.errors = _ErrorLog()
 
     def start(self, env: Env, task: Task, group_id: int, seed: int | None) -> _Episode:
         obs = env.reset(task, seed=seed)
@@ -100,11 +130,16 @@ class _Driver:
         prompt = render_prompt(self.tok, obs, enable_thinking=self.cfg.enable_thinking)
         ep = _Episode(env, task, group_id, obs, prompt)
         if len(prompt) >= self.cfg.max_context_tokens:
-            ep.end_reason = "out_of_tokens"
+            self.truncate(ep)
         return ep
 
-    def max_turns(self, ep: _Episode) -> int:
-        return self.cfg.max_turns or ep.env.max_turns
+    def truncate(self, ep: _Episode) -> None:
+        """The context budget is spent: the environment ends the episode "out_of_tokens" (truncated)."""
+        res = _call(ep.env.truncate, OUT_OF_TOKENS)
+        if isinstance(res, BaseException) or not isinstance(res, StepResult) or not res.done:
+            self.errors(ep, "truncate", res if isinstance(res, BaseException) else f"returned {res!r}")
+        else:
+            ep.end(res)
 
     def sample(self, live: list[_Episode]) -> list[Sample]:
         budgets = [min(self.cfg.sampling.max_new_tokens, self.cfg.max_context_tokens - len(e.context)) for e in live]
@@ -116,13 +151,13 @@ class _Driver:
         )
 
     def parse(self, ep: _Episode, sample: Sample):
-        """(turn text, checked calls, final text). A parser failure never ends the run: the turn becomes
-        one malformed "parser_error" call, so the env answers it like any other malformed call."""
+        """(turn text, parsed calls, final text). The environment checks the calls against its schemas.
+        A parser failure never ends the run: the turn becomes one malformed "parser_error" call, so the
+        env answers it like any other malformed call."""
         text = _turn_text(self.tok, sample, self.fmt)
         try:
-            calls, final = parse_tool_calls(text, max_calls=self.cfg.max_calls,
-                                            hit_token_limit=sample.hit_token_limit)
-            return text, [check_call(c, ep.obs.tools) for c in calls], final
+            calls, final = parse_tool_calls(text, hit_token_limit=sample.hit_token_limit)
+            return text, calls, final
         except Exception as e:  # noqa: BLE001 - a parser bug on model output is recorded, never a crash
             why = f"parser_error: {type(e).__name__}: {str(e)[:200]}"
             return text, [ToolCall(name="", arguments={}, raw=text, malformed=why)], ""
@@ -145,29 +180,31 @@ class _Driver:
                 acting.append((ep, s, text, calls))
                 continue
             self.record(ep, s, text, [], [], [])
-            try:
-                ep.env.final_answer(final)
-                ep.end_reason = "final_answer"
-            except Exception as e:  # noqa: BLE001 - recorded, never a crash of the run
-                ep.end_reason, ep.error = "sandbox_error", f"final_answer: {type(e).__name__}: {e}"
-        futures = [pool.submit(_step_env, ep.env, list(calls)) for ep, _, _, calls in acting]
+            res = _call(ep.env.final_answer, final)
+            if isinstance(res, BaseException) or not isinstance(res, StepResult) or not res.done:
+                self.errors(ep, "final_answer", res if isinstance(res, BaseException) else
+                            f"returned {res!r}, expected a StepResult that ends the episode")
+            else:
+                ep.end(res)
+        futures = [pool.submit(_call, ep.env.step, list(calls)) for ep, _, _, calls in acting]
         for (ep, s, text, calls), fut in zip(acting, futures, strict=True):
             self.after_step(ep, s, text, calls, fut.result())
 
-    def after_step(self, ep: _Episode, s: Sample, text: str, calls, results) -> None:
-        if isinstance(results, BaseException) or len(results) != len(calls):
-            why = results if isinstance(results, BaseException) else f"{len(results)} results for {len(calls)} calls"
+    def after_step(self, ep: _Episode, s: Sample, text: str, calls, res: Any) -> None:
+        if isinstance(res, BaseException) or not isinstance(res, StepResult) or len(res.results) != len(calls):
             self.record(ep, s, text, calls, [], [])
-            ep.end_reason, ep.error = "sandbox_error", f"step: {type(why).__name__}: {why}"
+            why = res if isinstance(res, BaseException) else (
+                f"{len(res.results)} results for {len(calls)} calls" if isinstance(res, StepResult)
+                else f"returned {type(res).__name__}, expected a StepResult")
+            self.errors(ep, "step", why)
             return
+        results = res.results
         obs = observation_ids(results, self.tok, tools=ep.obs.tools, hit_token_limit=s.hit_token_limit,
                               enable_thinking=self.cfg.enable_thinking, fmt=self.fmt)
-        if ep.env.done:
-            ep.end_reason = ep.env.end_reason or "env_done"
-        elif len(ep.turns) + 1 >= self.max_turns(ep):
-            ep.end_reason = "out_of_turns"
+        if res.done:
+            ep.end(res)
         elif len(ep.context) + len(s.ids) + len(obs) + 1 > self.cfg.max_context_tokens:
-            ep.end_reason = "out_of_tokens"
+            self.truncate(ep)
         # Observation ids are appended only if another turn follows: trailing mask-0 tokens train nothing.
         self.record(ep, s, text, calls, results, [] if ep.end_reason else obs)
 
@@ -182,21 +219,25 @@ def run_episodes(
     seed: int | None = None,
     sampler: SampleFn | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    policy_version: int | None = None,
 ) -> list[Trajectory]:
     """Run one episode per (env, task) pair, all advancing together; one `Trajectory` each, same order.
 
     Args:
         policy: HF causal LM; tokenizer: its tokenizer (chat template required).
         envs_and_tasks: distinct env instances (one per episode) with their tasks.
-        group_ids: GRPO group of each episode (default: index).
+        group_ids: GRPO group of each episode (default: index); `Trajectory.group_id` carries it and
+            the trainer groups by it.
         seed: torch seed for sampling and the environments' reset seed (None: leave RNG as is).
         sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler.
         on_progress: called after every round with (episodes finished, episodes in all), e.g. for a
             progress bar.
+        policy_version: the optimizer step whose weights sample (stored in every Trajectory).
 
     Returns:
         Trajectories with `completion_ids == concat(turn.completion_ids + turn.observation_ids)`,
-        policy mask 1 exactly on sampled ids, sampler log-probs aligned (0.0 under mask 0).
+        policy mask 1 exactly on sampled ids, sampler log-probs aligned (0.0 under mask 0), and the
+        environment's end flags and reason (or the driver's "out_of_tokens" / "env_error").
 
     Raises:
         TitoMismatch / ValueError: the template check fails (before any sampling).
@@ -214,18 +255,32 @@ def run_episodes(
             drv.round(live, pool)
             if on_progress is not None:
                 on_progress(sum(bool(e.end_reason) for e in eps), len(eps))
-    return [_finish(drv, ep) for ep in eps]
+    return [_finish(drv, ep, policy_version) for ep in eps]
 
 
-def _finish(drv: _Driver, ep: _Episode) -> Trajectory:
+def _reward(drv: _Driver, ep: _Episode) -> float | None:
+    """The environment's reward on the final state; None (unscorable) after an env error, when the
+    environment says so, or when reward() raises or returns something that is not a finite number."""
+    if ep.end_reason == ENV_ERROR:
+        return None
+    r = _call(ep.env.reward)
+    if isinstance(r, BaseException):
+        drv.errors(ep, "reward", r)
+        return None
+    if r is None:
+        log.warning("task %s: the environment could not score the episode (%s); it is left out of training",
+                    ep.task.id, ep.end_reason)
+        return None
+    if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
+        drv.errors(ep, "reward", f"returned {r!r}, expected a finite number or None")
+        return None
+    return float(r)
+
+
+def _finish(drv: _Driver, ep: _Episode, policy_version: int | None) -> Trajectory:
     from agentrl.rollout.transcript import episode_stats, render_transcript
 
-    reward = 0.0
-    if ep.end_reason != "sandbox_error":
-        try:
-            reward = float(ep.env.reward())
-        except Exception as e:  # noqa: BLE001
-            ep.end_reason, ep.error = "sandbox_error", f"reward: {type(e).__name__}: {e}"
+    reward = _reward(drv, ep)
     stats = {**_env_stats(ep.env), **episode_stats(ep.turns)}
     try:
         ep.env.close()
@@ -239,8 +294,8 @@ def _finish(drv: _Driver, ep: _Episode) -> Trajectory:
         completion_ids=tuple(ep.completion), policy_mask=tuple(ep.mask), sampler_logprobs=tuple(ep.logps),
         reward=reward, turns=tuple(ep.turns), stats=stats,
         transcript=render_transcript(ep.obs, ep.turns, ep.end_reason, reward),
-        end_reason=ep.end_reason, terminated=ep.end_reason in TERMINATING,
-        truncated=ep.end_reason not in TERMINATING, meta=meta,
+        end_reason=ep.end_reason, terminated=ep.terminated, truncated=ep.truncated, meta=meta,
+        policy_version=policy_version,
     )
 
 

@@ -13,7 +13,7 @@ def _clip(text: str, max_chars: int) -> str:
 
 
 def render_transcript(
-    obs: Observation, turns: Sequence[Turn], end_reason: str, reward: float, *, max_chars: int = 2000
+    obs: Observation, turns: Sequence[Turn], end_reason: str, reward: float | None, *, max_chars: int = 2000
 ) -> str:
     """Plain-text transcript: system, user, tool names, each turn's text and each call's status/result."""
     tools = ", ".join(t.get("function", t).get("name", "?") for t in obs.tools) or "none"
@@ -24,7 +24,7 @@ def render_transcript(
         for res in turn.results:
             why = f" ({res.call.malformed})" if res.call.malformed else ""
             out.append(f"[tool {res.call.name or '?'} -> {res.status}{why}] {_clip(res.content, max_chars)}")
-    out.append(f"[end] {end_reason}, reward {reward:.3f}")
+    out.append(f"[end] {end_reason}, " + ("unscorable (no reward)" if reward is None else f"reward {reward:.3f}"))
     return "\n".join(out)
 
 

@@ -146,9 +146,9 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     data_s = time.perf_counter() - t0
     if run.save_jsonl:
         save_trajectories(trajs, run.save_jsonl)
-    rewards = [t.reward for t in trajs]
-    log.info("%d trajectories in %.1f s (mean reward %.3f, %d policy tokens)", len(trajs), data_s,
-             sum(rewards) / len(rewards), sum(t.num_policy_tokens for t in trajs))
+    rewards = [t.reward for t in trajs if t.reward is not None]
+    log.info("%d trajectories in %.1f s (mean reward %.3f over %d scorable, %d policy tokens)", len(trajs), data_s,
+             sum(rewards) / max(len(rewards), 1), len(rewards), sum(t.num_policy_tokens for t in trajs))
     if run.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     pad = tok.pad_token_id

@@ -141,7 +141,7 @@ def expert_trajectories(
     from agentrl.rollout.sampler import SamplingConfig
 
     fmt = turn_format(tokenizer)
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens), max_turns=max_turns,
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
                         max_context_tokens=max_context_tokens, tool_workers=1)
     kwargs = {"sandbox": sandbox} | ({"max_turns": max_turns} if max_turns is not None else {})
     out = []
@@ -170,7 +170,7 @@ def trajectory_record(traj: Trajectory, *, transcript: bool = True) -> dict[str,
         "prompt_ids": list(traj.prompt_ids),
         "completion_ids": list(traj.completion_ids),
         "policy_mask": list(traj.policy_mask),
-        "reward": float(traj.reward),
+        "reward": None if traj.reward is None else float(traj.reward),
     }
     if traj.end_reason:
         rec["end_reason"] = traj.end_reason
@@ -224,10 +224,11 @@ def trajectory_from_record(rec: Any, where: str) -> Trajectory:
     if len(mask) != len(completion):
         raise ValueError(f"{where}: field 'policy_mask' has {len(mask)} entries for {len(completion)} completion_ids")
     reward = rec.get("reward", 0.0)
-    if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-        raise ValueError(f"{where}: field 'reward' must be a number, got {reward!r}")
+    if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
+        raise ValueError(f"{where}: field 'reward' must be a number or null (unscorable), got {reward!r}")
     return Trajectory(task_id=task_id, group_id=0, prompt_ids=tuple(prompt), completion_ids=tuple(completion),
-                      policy_mask=tuple(mask), sampler_logprobs=(0.0,) * len(completion), reward=float(reward),
+                      policy_mask=tuple(mask), sampler_logprobs=(0.0,) * len(completion),
+                      reward=None if reward is None else float(reward),
                       transcript=str(rec.get("transcript", "")), end_reason=str(rec.get("end_reason", "")))
 
 
