@@ -101,3 +101,15 @@ def test_paired_difference_leaves_out_tasks_unscored_on_either_side():
 def test_mean_stats_counts_missing_stats_as_zero():
     assert mean_stats([_traj("x", 0, a=2.0), _traj("y", 0)]) == {"a": 1.0}
     assert mean_stats([]) == {}
+
+
+def test_summarize_counts_unscorable_episodes_and_end_reasons():
+    from dataclasses import replace
+
+    tasks = [_task(0, "a"), _task(1, "a")]
+    trajs = [replace(_traj("a-0", 1.0), end_reason="final_answer"), replace(_traj("a-0", None), end_reason="env_error"),
+             replace(_traj("a-1", None), end_reason="final_answer"), replace(_traj("a-1", None), end_reason="env_error")]
+    res = summarize(tasks, trajs, 2, n_boot=100)
+    assert res.unscorable == 3 and res.end_reasons == {"env_error": 2, "final_answer": 2}
+    assert res.successes == [1, 0] and res.trials == 2  # an unscorable episode is no success
+    assert res.mean_reward[0] == 1.0 and res.mean_reward[1] != res.mean_reward[1]  # over scorable only: NaN

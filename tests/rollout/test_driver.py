@@ -250,3 +250,26 @@ def test_parser_exception_marks_turn_malformed(tok, monkeypatch):
     assert turn.calls[0].malformed == "parser_error: RuntimeError: parser bug"
     assert turn.results[0].status == "malformed" and trajs[0].end_reason == "out_of_turns"
     check_invariants(trajs[0])
+
+
+def test_unscorable_rewards_and_env_errors_are_recorded_never_zero(tok, caplog):
+    envs = [EchoEnv(reward_value=None), EchoEnv(crash=True), EchoEnv(crash=True), EchoEnv()]
+    envs[0].reward = lambda: None  # the sandbox could not grade: unscorable, the env's own ending kept
+    envs[3].reward = lambda: "one"  # a contract violation: env_error, unscorable
+    with caplog.at_level("WARNING", logger="agentrl"):
+        trajs, _, _ = run(tok, [["done"], [call("a")], [call("b")], ["done"]], envs=envs)
+    assert [t.reward for t in trajs] == [None, None, None, None]
+    assert [t.end_reason for t in trajs] == ["final_answer", "env_error", "env_error", "env_error"]
+    assert trajs[0].terminated and not trajs[0].scorable and "could not score" in caplog.text
+    assert "returned 'one'" in trajs[3].meta["error"]
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 3 and all("task t" in r.getMessage() for r in errors)
+    assert errors[0].exc_info is not None and all(r.exc_info is None for r in errors[1:])  # first traceback only
+    assert "[end] final_answer, unscorable (no reward)" in trajs[0].transcript
+
+
+def test_policy_version_is_recorded(tok):
+    envs = [EchoEnv()]
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=16))
+    trajs = run_episodes(None, tok, [(envs[0], task(0))], cfg=cfg, sampler=Script(tok, [["done"]]), policy_version=7)
+    assert trajs[0].policy_version == 7 and trajs[0].group_id == 0

@@ -50,6 +50,8 @@ class EnvSpec:
             from a run config (an agentrl.rl.RLConfig or anything with its attributes) beyond
             COMMON_CONFIG_FIELDS, e.g. edit-menu's `max_edits`.
         random_op_expert: the expert honours `random_op=True` (plays its procedure with a random edit).
+        common_fields: the run-config fields passed to every constructor (default COMMON_CONFIG_FIELDS);
+            an environment whose constructor lacks one lists fewer.
     """
 
     name: str

@@ -60,7 +60,9 @@ RESULTS_SCHEMA: dict[str, Any] = {
                                    "episodes": {"type": "integer", "minimum": 1},
                                    "unscorable": {"type": "integer", "minimum": 0}}}},
                 "pass_at_1": _INTERVAL,
-                "tool_stats": {"type": "object", "additionalProperties": _NUM}}}},
+                "tool_stats": {"type": "object", "additionalProperties": _NUM},
+                "unscorable": {"type": "integer", "minimum": 0},
+                "end_reasons": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}}}},
         "paired": {"type": "array", "items": {
             "type": "object", "required": ["before", "after", "diff"],
             "properties": {"before": {"type": "string"}, "after": {"type": "string"}, "diff": _INTERVAL}}},
@@ -71,6 +73,10 @@ RESULTS_SCHEMA: dict[str, Any] = {
                            "step": {"type": ["integer", "null"]}, "reward": _NUM}}},
         "tool_schemas": {"type": "array", "items": {"type": "object"}},
         "sandbox": {"type": "object"},
+        "env": {"type": "object", "required": ["name", "kwargs", "end_reasons"],
+                "properties": {"name": {"type": "string"}, "kwargs": {"type": "object"},
+                               "max_observation_chars": {"type": ["integer", "null"]},
+                               "end_reasons": {"type": "array", "items": {"type": "string"}}}},
         "noise": {"type": "object"},
     },
 }
