@@ -103,13 +103,16 @@ def test_mean_stats_counts_missing_stats_as_zero():
     assert mean_stats([]) == {}
 
 
-def test_summarize_counts_unscorable_episodes_and_end_reasons():
+def test_summarize_counts_end_reasons_and_they_round_trip():
     from dataclasses import replace
+
+    from agentrl.eval.report import EvalReport
 
     tasks = [_task(0, "a"), _task(1, "a")]
     trajs = [replace(_traj("a-0", 1.0), end_reason="final_answer"), replace(_traj("a-0", None), end_reason="env_error"),
-             replace(_traj("a-1", None), end_reason="final_answer"), replace(_traj("a-1", None), end_reason="env_error")]
-    res = summarize(tasks, trajs, 2, n_boot=100)
-    assert res.unscorable == 3 and res.end_reasons == {"env_error": 2, "final_answer": 2}
-    assert res.successes == [1, 0] and res.trials == 2  # an unscorable episode is no success
-    assert res.mean_reward[0] == 1.0 and res.mean_reward[1] != res.mean_reward[1]  # over scorable only: NaN
+             replace(_traj("a-1", None), end_reason="final_answer"), replace(_traj("a-1", 0.0), end_reason="out_of_turns")]
+    rep = summarize(tasks, trajs, 2, BOOT)
+    assert rep.unscorable == 2 and rep.end_reasons == {"env_error": 1, "final_answer": 2, "out_of_turns": 1}
+    assert rep.successes == [1, 0] and rep.trials == [1, 1]
+    d = rep.to_dict()
+    assert d["end_reasons"] == rep.end_reasons and EvalReport.from_dict(d).end_reasons == rep.end_reasons

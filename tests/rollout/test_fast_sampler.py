@@ -138,8 +138,8 @@ def test_plugs_into_run_episodes(policy):
     from test_driver import EchoEnv, check_invariants, task
 
     model, tok = policy
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=12), max_turns=2)
-    trajs = run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(4)], cfg=cfg, seed=0,
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=12))
+    trajs = run_episodes(model, tok, [(EchoEnv(max_turns=2), task(i)) for i in range(4)], cfg=cfg, seed=0,
                          sampler=fast_sampler_for(model, tok, cfg.sampling, max_batch=3))
     for tr in trajs:
         check_invariants(tr)
