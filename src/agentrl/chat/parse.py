@@ -26,6 +26,7 @@ from agentrl.envs.base import ToolCall
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # Qwen3 / DeepSeek-R1 reasoning tags
 _DECODER = json.JSONDecoder(strict=False)
 _SPACE = re.compile(r"\s*")
 
@@ -76,6 +77,25 @@ def _decode_call(body: str, max_body_chars: int = MAX_CALL_BODY_CHARS) -> tuple[
     if not isinstance(args, dict):
         return name, {}, "not_a_call: field 'arguments' must be a JSON object"
     return name, args, None
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(reasoning, content) of one turn: a turn that opens with `<think>` has its reasoning up to `</think>`
+    split off, so tool calls and the final answer are read from the content only (as vLLM's and SGLang's
+    reasoning parsers do); calls written while thinking are not run. A think block that never closes
+    (the turn was cut while thinking) is all reasoning. Other turns are all content. Never raises.
+
+    Returns:
+        (the think block's inner text, stripped of surrounding newlines; the text after `</think>`).
+    """
+    head = text.lstrip()
+    if not head.startswith(THINK_OPEN):
+        return "", text
+    inner = head[len(THINK_OPEN) :]
+    end = inner.find(THINK_CLOSE)
+    if end < 0:
+        return inner.strip("\n"), ""
+    return inner[:end].strip("\n"), inner[end + len(THINK_CLOSE) :]
 
 
 def _block_end(text: str, body_start: int) -> tuple[int, int]:

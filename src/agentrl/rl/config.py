@@ -62,6 +62,9 @@ class RLConfig:
     top_k: int | None = _f(None, "Top-k sampling: keep the k most likely tokens. Off unless given (leave the flag "
                                  "out; then the sampler distribution equals the trained policy).")
     top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off.")
+    thinking: bool = _f(False, "Thinking mode of templates that have one (Qwen3 enable_thinking): the policy writes "
+                               "its own <think> block each turn, kept in the rows as sampled; --no-thinking "
+                               "(default): the template's empty think block ends the prompt.")
     # -- loss and update
     adv_mode: AdvMode = _f("grpo", "Advantage estimator: grpo | dr_grpo | rloo | none (see agentrl.rl.advantages).")
     clip_low: float = _f(0.2, "PPO clip below: ratio floor 1 - clip_low (for negative advantages).")
@@ -184,13 +187,18 @@ class RLConfig:
 def rlconfig_parser(*, add_help: bool = True) -> Any:
     """A `transformers.HfArgumentParser` with one `--flag` per RLConfig field (help from metadata).
 
-    Booleans get `--flag [true|false]` and `--no_flag`; Literal fields get `choices`; `top_k` takes an int.
+    Booleans get `--flag [true|false]` and `--no_flag` / `--no-flag`; Literal fields get `choices`; `top_k` takes an int.
     For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
     and build the config with `config_from_args(namespace)`.
     """
     from transformers import HfArgumentParser
 
-    return HfArgumentParser(RLConfig, add_help=add_help)
+    parser = HfArgumentParser(RLConfig, add_help=add_help)
+    for f in dataclasses.fields(RLConfig):  # HF adds --no_flag only for flags that default to True
+        if f.default is False:
+            parser.add_argument(f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}", dest=f.name,
+                                action="store_false", help=f"Turn --{f.name} off (the default).")
+    return parser
 
 
 def config_from_args(args: Any) -> RLConfig:

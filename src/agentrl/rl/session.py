@@ -164,7 +164,8 @@ class RunSession:
         from agentrl.rollout.driver import RolloutConfig, run_episodes
 
         cfg = self.cfg
-        rcfg = RolloutConfig(sampling=self.sampling_config(), max_context_tokens=cfg.max_context_tokens)
+        rcfg = RolloutConfig(sampling=self.sampling_config(), max_context_tokens=cfg.max_context_tokens,
+                             enable_thinking=cfg.thinking)
         pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
         self.model.eval()
         bar = self.progress.add_task(label, total=len(pairs)) if self.progress is not None else None
@@ -245,7 +246,8 @@ class RunSession:
             if sampler is None and cfg.sampler == "fast":
                 from agentrl.rollout.fast_sampler import fast_sampler_for
 
-                sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch)
+                sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch,
+                                           enable_thinking=cfg.thinking)
             sess.sampler = sampler
             with progress(transient=True) as bars:
                 sess.progress = bars

@@ -26,6 +26,7 @@ class SmokeConfig:
         max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
         dtype / device: model placement; allow_download: let HF fetch missing files.
         show: transcripts to print; seed: tasks, names, sampling.
+        thinking: template thinking mode (Qwen3 enable_thinking: the policy writes its own think block).
     """
 
     model: str = "tiny-qwen3"
@@ -41,6 +42,7 @@ class SmokeConfig:
     allow_download: bool = False
     show: int = 2
     seed: int = 0
+    thinking: bool = False
 
 
 def register(subparsers: Any) -> None:
@@ -58,6 +60,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default=d.device)
     p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
+                   help="template thinking mode: the policy writes its own <think> block (default: off)")
     p.set_defaults(func=main)
 
 
@@ -112,12 +116,12 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer)
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
-    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed))
+    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.thinking)
     env_check = check_env(env0, task0, seed=cfg.seed)
     t1 = time.perf_counter()
     rcfg = RolloutConfig(
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
-        max_context_tokens=cfg.max_context_tokens,
+        max_context_tokens=cfg.max_context_tokens, enable_thinking=cfg.thinking,
     )
     trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)
     rollout_s = time.perf_counter() - t1
@@ -125,7 +129,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     return {
         "trajectories": trajs,
         "template_check": f"ok (end-of-turn {tok.convert_ids_to_tokens(list(fmt.eot_ids))}, think stub "
-        f"{tok.decode(list(fmt.stub_ids))!r})",
+        f"{tok.decode(list(fmt.stub_ids))!r}, thinking {'on' if cfg.thinking else 'off'})",
         "env_check": env_check,
         "end_reasons": dict(Counter(t.end_reason for t in trajs)),
         "mean_reward": sum(t.reward for t in trajs if t.reward is not None) / max(1, sum(t.scorable for t in trajs)),

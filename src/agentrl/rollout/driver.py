@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.chat.parse import parse_tool_calls
+from agentrl.chat.parse import parse_tool_calls, split_reasoning
 from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TurnFormat, assert_tito_consistent, observation_ids, turn_format
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall
@@ -161,12 +161,13 @@ class _Driver:
         )
 
     def parse(self, ep: _Episode, sample: Sample):
-        """(turn text, parsed calls, final text). The environment checks the calls against its schemas.
-        A parser failure never ends the run: the turn becomes one malformed "parser_error" call, so the
-        env answers it like any other malformed call."""
+        """(turn text, parsed calls, final text), both read after any think block the turn opens with
+        (`split_reasoning`). The environment checks the calls against its schemas. A parser failure never
+        ends the run: the turn becomes one malformed "parser_error" call, so the env answers it like any
+        other malformed call."""
         text = _turn_text(self.tok, sample, self.fmt, self.stops)
         try:
-            calls, final = parse_tool_calls(text, hit_token_limit=sample.hit_token_limit)
+            calls, final = parse_tool_calls(split_reasoning(text)[1], hit_token_limit=sample.hit_token_limit)
             return text, calls, final
         except Exception as e:  # noqa: BLE001 - a parser bug on model output is recorded, never a crash
             why = f"parser_error: {type(e).__name__}: {str(e)[:200]}"
