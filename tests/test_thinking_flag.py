@@ -35,6 +35,8 @@ def test_eval_with_thinking_records_it_and_prompts_without_the_stub(tmp_path, mo
                  "--max_new_tokens", "4", "--max_turns", "1", "--n_boot", "50", "--out", str(out)]) == 0
     data = validate_results(out / "results.json")
     assert data["config"]["thinking"] is True
+    assert data["config"]["reward_includes_shown_test"] is False  # issue 14.4a: which scoring was used
+    assert data["tasks"]["reward_includes_shown_test"] is False
     assert prompts and all(p.endswith("<|im_start|>assistant\n") for p in prompts)
 
 

@@ -50,6 +50,8 @@ class RLConfig:
     max_observation_chars: int = _f(4000, "Characters of one tool observation the model sees; longer ones keep "
                                           "head and tail around a '[... N characters cut ...]' mark (0 = no cap). "
                                           "Separate from the sandbox's byte cap on captured output.")
+    reward_includes_shown_test: bool = _f(False, "MBPP/HumanEval: also score the example test shown in the prompt "
+                                                 "(the write-up's scoring; default: only the tests not shown).")
     # -- sampling
     group_size: int = _f(8, "Episodes per prompt (G); advantages are computed within each group.")
     prompts_per_step: int = _f(8, "Distinct training tasks per step (B); a step has B*G episodes.")

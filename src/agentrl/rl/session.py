@@ -216,7 +216,8 @@ class RunSession:
         out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
         resolve_device(cfg.device)
         tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                          randomize=cfg.randomize_names, seed=cfg.seed)
+                          randomize=cfg.randomize_names, seed=cfg.seed,
+                          reward_includes_shown_test=cfg.reward_includes_shown_test)
         if cfg.steps and not tasks.train:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         check_env_fits_tasks(cfg.env, tasks)
@@ -302,6 +303,7 @@ class RunSession:
         results.set("env", env_section(cfg.env, kwargs))
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
-                              "heldout_ids": [t.id for t in tasks.heldout]})
+                              "heldout_ids": [t.id for t in tasks.heldout],
+                              "reward_includes_shown_test": cfg.reward_includes_shown_test})
         return cls(cfg=cfg, out=out, model=model, tokenizer=tok, optimizer=opt, sandbox=sandbox, tasks=tasks,
                    results=results, device=device, start_step=start, ref_model=ref)
