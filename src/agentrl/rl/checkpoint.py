@@ -120,6 +120,19 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
     return max(found)[1] if found else None
 
 
+def remove_partial_checkpoints(root: str | os.PathLike) -> list[Path]:
+    """Delete the temporary directories that a kill during `save_checkpoint` leaves under `root`
+    (`.tmp-step_*`; complete checkpoints are never touched). Call only while no run writes there.
+
+    Returns: the removed paths.
+    """
+    root = Path(root)
+    removed = [p for p in root.glob(".tmp-step_*") if p.is_dir()] if root.is_dir() else []
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed
+
+
 def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     *, restore_rng: bool = True) -> dict[str, Any]:
     """Load weights (in place), optimizer state and RNG streams from a checkpoint directory.

@@ -206,3 +206,30 @@ def rlconfig_parser(*, add_help: bool = True) -> Any:
 def config_from_args(args: Any) -> RLConfig:
     """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field."""
     return RLConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)})
+
+
+def cli_command(cfg: RLConfig, *, command: str = "train", resume: bool | None = None) -> str:
+    """The `agentrl` command line that reproduces `cfg`: every field that differs from its default, as a flag
+    (shell-quoted), e.g. for the "to resume" hint of an interrupted run.
+
+    Args:
+        resume: override cfg.resume (True appends `--resume`).
+    """
+    import shlex
+
+    values = cfg.to_dict()
+    if resume is not None:
+        values["resume"] = resume
+    default = RLConfig().to_dict()
+    parts = ["agentrl", command]
+    for f in dataclasses.fields(RLConfig):
+        v = values[f.name]
+        if v == default[f.name]:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(v, bool):
+            parts.append(flag if v else f"--no-{f.name.replace('_', '-')}")
+        else:
+            parts += [flag, shlex.quote(str(v))]
+    return " ".join(parts)
+

@@ -119,6 +119,63 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """The run's inputs once loaded and checked (before anything in --out is touched)."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+    tool_schemas: list
+
+
+def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
+    """Load the policy and tokenizer and check the chat template against the environment's tools.
+
+    Raises:
+        FileNotFoundError / ValueError: a missing or broken model, a bad tokenizer path, a template that
+            fails the token-in/token-out check (agentrl.chat.tito.TitoMismatch is re-raised as ValueError).
+    """
+    from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
+    from agentrl.envs import make_env
+    from agentrl.rollout.models import load_policy
+
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    try:
+        model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
+                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a broken model folder (corrupt weights, bad config) is bad input
+        raise ValueError(f"--model {cfg.model!r} could not be loaded: {type(e).__name__}: {e}") from e
+    env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
+    try:
+        obs = env.reset(tasks.heldout[0], seed=cfg.seed)
+        if obs.tools:
+            assert_tito_consistent(tok, obs, enable_thinking=cfg.thinking)
+        schemas = env.tools()
+    except TitoMismatch as e:
+        raise ValueError(f"the chat template of {cfg.tokenizer or cfg.model!r} fails the token-in/token-out "
+                         f"check: {e}") from e
+    finally:
+        env.close()
+    return _Inputs(model, tok, device, schemas)
+
+
+def resume_hint(cfg: RLConfig, out: Path) -> str:
+    """How to continue an interrupted or failed run: the command (every non-default setting, then --resume)
+    when a checkpoint exists, else why it cannot be resumed."""
+    from agentrl.rl.checkpoint import latest_checkpoint
+    from agentrl.rl.config import cli_command
+
+    ckpt = latest_checkpoint(out / "checkpoints")
+    if ckpt is None:
+        return ("no checkpoint was saved, so this run cannot be resumed"
+                + ("" if cfg.checkpoint_every else " (pass --checkpoint-every N to save them)"))
+    return f"to resume from {ckpt.name}: {cli_command(cfg, resume=True)}"
+
+
 @dataclass
 class RunSession:
     """The live state of one run. Build it with `RunSession.open(cfg)` (a context manager)."""
@@ -221,6 +278,12 @@ class RunSession:
         if cfg.steps and not tasks.train:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         check_env_fits_tasks(cfg.env, tasks)
+        if cfg.resume:
+            from agentrl.rl.checkpoint import latest_checkpoint
+
+            if latest_checkpoint(out / "checkpoints") is None:
+                raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
+                                 "them with --checkpoint-every N); leave out --resume to start a new run there")
         out.parent.mkdir(parents=True, exist_ok=True)
         with _exclusive(out), _sigterm_interrupts():
             with cls._started(cfg, out, tasks, sampler) as sess:
@@ -233,6 +296,12 @@ class RunSession:
         from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.sandbox import Sandbox
 
+        sandbox = Sandbox()
+        try:  # every input is loaded and checked before an earlier run in `out` is touched
+            inputs = _load_inputs(cfg, tasks, sandbox)
+        except BaseException:
+            sandbox.close()
+            raise
         archived = None if cfg.resume else archive_previous(out, "results.json")
         out.mkdir(parents=True, exist_ok=True)
         logger = setup_logging(out / "train.log")
@@ -240,10 +309,9 @@ class RunSession:
             log.info("an earlier run in %s was moved to %s", out, archived)
         log_config(logger, cfg.to_dict())
         log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
-        sandbox = Sandbox()
         sess = None
         try:
-            sess = cls._load(cfg, out, tasks, sandbox)
+            sess = cls._load(cfg, out, tasks, sandbox, inputs)
             if sampler is None and cfg.sampler == "fast":
                 from agentrl.rollout.fast_sampler import fast_sampler_for
 
@@ -260,22 +328,19 @@ class RunSession:
                                     error=f"{type(e).__name__}: {e}")
             log.error("run %s: %s: %s (results: %s)", status, type(e).__name__, e,
                       sess.results_path if sess else "none written")
+            if sess is not None:
+                log.error("%s", resume_hint(cfg, out))
             raise
         finally:
             sandbox.close()
 
     @classmethod
-    def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any) -> RunSession:
-        from agentrl.envs import make_env
+    def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs: _Inputs) -> RunSession:
         from agentrl.io.results import RunResults
-        from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint
+        from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
         from agentrl.rl.update import enable_gradient_checkpointing
-        from agentrl.rollout.models import load_policy
 
-        device = resolve_device(cfg.device)
-        torch.manual_seed(cfg.seed)
-        model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
-                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
+        model, tok, device, schemas = inputs.model, inputs.tokenizer, inputs.device, inputs.tool_schemas
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -284,16 +349,14 @@ class RunSession:
             ref = copy.deepcopy(model).eval().requires_grad_(False)
         start = 0
         ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+        if cfg.resume and ckpt is None:  # checked in open(); a checkpoint folder removed since is an error too
+            raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'}")
         if ckpt is not None:
+            removed = remove_partial_checkpoints(out / "checkpoints")  # left by a kill mid-write
             start = int(load_checkpoint(ckpt, model, opt)["step"])
-            log.info("resumed from %s at step %d", ckpt, start)
-        elif cfg.resume:
-            log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
+            log.info("resumed from %s at step %d%s", ckpt, start,
+                     f" (removed {len(removed)} partial checkpoint(s))" if removed else "")
         kwargs = env_kwargs(cfg, sandbox)
-        env = make_env(cfg.env, **kwargs)
-        env.reset(tasks.heldout[0], seed=cfg.seed)
-        schemas = env.tools()
-        env.close()
         path = out / "results.json"
         if cfg.resume and path.exists():
             results = RunResults.resume(path, completed_steps=start, config=cfg.to_dict())
