@@ -34,6 +34,8 @@ class SFTRunConfig:
         save_jsonl: also write the training trajectories here.
         out: output folder; device: "auto" (cuda if available) or a torch device; dtype: float32 | bfloat16
             (bfloat16 = autocast with fp32 master weights); gradient_checkpointing: activation checkpointing.
+        thinking: template thinking mode (Qwen3 enable_thinking), as `agentrl train --thinking` samples: each
+            expert turn is the template's own rendering of it as a thinking-mode turn.
     """
 
     env: str = "edit-menu"
@@ -50,6 +52,7 @@ class SFTRunConfig:
     device: str = "auto"
     dtype: str = "float32"
     gradient_checkpointing: bool = False
+    thinking: bool = False
 
 
 def register(subparsers: Any) -> None:
@@ -70,6 +73,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default=d.dtype, choices=("float32", "fp32", "bfloat16", "bf16"))
     p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
+                   help="template thinking mode, as train --thinking (default: off)")
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
@@ -99,7 +104,7 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
     from agentrl.sft.data import expert_trajectories, load_trajectories
 
     if run.from_jsonl:
-        return load_trajectories(run.from_jsonl, tok)
+        return load_trajectories(run.from_jsonl, tok, enable_thinking=run.thinking)
     from agentrl.sandbox import Sandbox
     from agentrl.tasks import make_tasks, randomize_names
 
@@ -107,7 +112,7 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
     rng = random.Random(cfg.seed)
     tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
-                               max_turns=run.max_turns)
+                               max_turns=run.max_turns, enable_thinking=run.thinking)
 
 
 def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
@@ -131,19 +136,20 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
     if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():
         raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
-    archived = archive_previous(run.out, "sft_summary.json")  # never overwrite an earlier SFT model
-    out = prepare_output_dir(run.out, "--out")
-    setup_logging(out / "sft.log")
-    if archived:
-        logging.getLogger("agentrl.sft").info("an earlier SFT output in %s was moved to %s", out, archived)
     t0 = time.perf_counter()
     device = _device(run.device)
-    # fp32 master weights always; bfloat16 means autocast (SFTConfig.autocast_bf16).
+    # Every input (model, tokenizer, its template, the data) is loaded and checked before an earlier
+    # output in --out is moved aside. fp32 master weights always; bfloat16 means autocast.
     model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed)
     trajs = _trajectories(run, cfg, tok)
     if not trajs:
         raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
     data_s = time.perf_counter() - t0
+    archived = archive_previous(run.out, "sft_summary.json")  # never overwrite an earlier SFT model
+    out = prepare_output_dir(run.out, "--out")
+    setup_logging(out / "sft.log")
+    if archived:
+        logging.getLogger("agentrl.sft").info("an earlier SFT output in %s was moved to %s", out, archived)
     if run.save_jsonl:
         save_trajectories(trajs, run.save_jsonl)
     rewards = [t.reward for t in trajs if t.reward is not None]
