@@ -55,7 +55,7 @@ def test_without_a_reference_grading_is_as_written(fresh):
 def test_same_items_is_equality_up_to_order(a, seed):
     ns = {}
     exec(__import__("agentrl.envs.unordered", fromlist=["PRELUDE"]).PRELUDE.format(
-        g="_t", ref="", setup="", strict=[], loose=[]), ns)
+        g="_t", ref="", setup="", strict=[], loose=[], probes=[], salts=1), ns)
     same = ns["_same_t"]
     assert same(a, a)
     if isinstance(a, list):
