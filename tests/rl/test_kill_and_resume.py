@@ -8,6 +8,7 @@ vary and the update runs); a kill point is a function patched to SIGKILL its own
 
 import json
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.cli import build_parser
 from agentrl.io.results import validate_results
 from agentrl.rl.checkpoint import latest_checkpoint
+from agentrl.rl.config import config_from_args
 
 STEPS = 4
 CFG = dict(env="edit-menu", steps=STEPS, prompts_per_step=1, group_size=2, eval_n=1, eval_size=1, train_size=4,
@@ -123,6 +126,8 @@ def test_kill_minus_nine_then_resume(tmp_path):
     assert not list(out.glob(".results.json.*.tmp")) or True
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_interrupted_run_prints_how_to_resume(tmp_path):
     out = tmp_path / "term"
     proc = subprocess.Popen([sys.executable, "-m", "agentrl", "train", "--env", "edit-menu", "--eval-size", "1",
@@ -137,4 +142,7 @@ def test_interrupted_run_prints_how_to_resume(tmp_path):
     assert proc.returncode == 130 and "to resume from step_" in text  # on the console ...
     log = (out / "train.log").read_text()  # ... and, unwrapped, in the log
     hint = next(line for line in log.splitlines() if "to resume from step_" in line)
-    assert hint.endswith(f"--steps 50 --out {out} --checkpoint-every 1 --resume")
+    args = build_parser().parse_args(shlex.split(hint.split(": agentrl ", 1)[1]))
+    cfg = config_from_args(args)  # the hint is the same run's config, plus --resume
+    assert (cfg.resume, cfg.steps, cfg.out, cfg.env, cfg.checkpoint_every) == (True, 50, str(out), "edit-menu", 1)
+    assert cfg.to_dict() == {**json.loads((out / "results.json").read_text())["config"], "resume": True}
