@@ -104,26 +104,24 @@ def test_kill_minus_nine_then_resume(tmp_path):
         parts += 1
         assert rc == -signal.SIGKILL, (point, rc)
         held = check_after_kill(out, held)
-    assert not list((out / "checkpoints").glob(".tmp-step_*")) or held < STEPS
     # one kill at a random moment, then a clean resume to the end
-    rc, _ = part(tmp_path, "none", 0, resume=True, random_kill_s=random.Random(0).uniform(4, 12))
+    rc, err = part(tmp_path, "none", 0, resume=True, random_kill_s=random.Random(0).uniform(4, 12))
     parts += 1
     if rc == -signal.SIGKILL:
         check_after_kill(out, held)
-    else:
-        parts -= 1 if rc != 0 else 0
-    if rc != 0:
         rc, err = part(tmp_path, "none", 0, resume=True)
         parts += 1
-        assert rc == 0, err[-2000:]
+    assert rc == 0, err[-2000:]
     data = validate_results(out / "results.json")
     assert data["status"] == "completed"
     assert [s["step"] for s in data["steps"]] == list(range(STEPS))
     assert [e["label"] for e in data["evaluations"]] == ["before", "after"] and len(data["paired"]) == 1
-    assert len(data["wall_clock_parts_s"]) == parts and all(t > 0 for t in data["wall_clock_parts_s"])
-    assert data["wall_clock_s"] == pytest.approx(sum(data["wall_clock_parts_s"]))
+    # one clock per part that wrote the file (a part killed before its first write, e.g. at the "results"
+    # point, has nothing to add); the run's wall clock is their sum
+    clocks = data["wall_clock_parts_s"]
+    assert 3 <= len(clocks) <= parts and all(t > 0 for t in clocks)
+    assert data["wall_clock_s"] == pytest.approx(sum(clocks)) and data["wall_clock_s"] > clocks[-1]
     assert not list((out / "checkpoints").glob(".tmp-step_*"))  # a kill mid-checkpoint leaves nothing behind
-    assert not list(out.glob(".results.json.*.tmp")) or True
 
 
 @pytest.mark.slow
