@@ -6,9 +6,10 @@ arbitrary strings the way the real Qwen3 chat template renders a call and parse 
 """
 
 import json
+import unicodedata
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
@@ -102,7 +103,9 @@ def test_template_rendered_calls_parse_back(tok, args):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(arg=ARG_TEXT)
 def test_sampled_token_ids_of_a_rendered_call_parse_back(tok, arg):
-    """What the driver parses is the decoding of the sampled ids: tokenize the template's text and decode."""
+    """What the driver parses is the decoding of the sampled ids: tokenize the template's text and decode.
+    (Qwen's tokenizer NFC-normalises text, so only NFC-stable strings survive encoding unchanged.)"""
+    assume(unicodedata.normalize("NFC", arg) == arg)
     text = template_turn(tok, [ToolCall(name="Write", arguments={"content": arg})])
     decoded = tok.decode(tok(text, add_special_tokens=False)["input_ids"], skip_special_tokens=False)
     (call,), _ = parse_tool_calls(decoded)

@@ -45,11 +45,12 @@ def biased(model, token):
 def test_episode_turns_end_at_the_other_eos_id(policy, kind):
     """The model writes <|endoftext|>, not <|im_end|>: every turn is that one token, finished, a final answer."""
     model, tok = policy
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=6), max_turns=3)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=6))
     sampler = fast_sampler_for(model, tok, cfg.sampling, max_batch=2) if kind == "fast" else None
     biased(model, EOS)
     try:
-        trajs = run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(3)], cfg=cfg, seed=0, sampler=sampler)
+        trajs = run_episodes(model, tok, [(EchoEnv(max_turns=3), task(i)) for i in range(3)], cfg=cfg, seed=0,
+                             sampler=sampler)
     finally:
         model.lm_head.bias = None
     for tr in trajs:
@@ -103,7 +104,7 @@ class EndsWithEos:
 
 def test_call_turn_ended_by_eos_is_finished_and_the_template_resumes(policy):
     model, tok = policy
-    trajs = run_episodes(model, tok, [(EchoEnv(), task(0))], cfg=RolloutConfig(max_turns=4),
+    trajs = run_episodes(model, tok, [(EchoEnv(max_turns=4), task(0))], cfg=RolloutConfig(),
                          sampler=EndsWithEos(tok, [call("hi"), "done"]))
     (tr,) = trajs
     check_invariants(tr)

@@ -89,8 +89,8 @@ def test_episode_with_own_think_blocks_keeps_them_byte_identical(tok):
 
 def test_real_tiny_model_runs_in_thinking_mode():
     model, tok = load_policy("tiny-qwen3")
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=8), max_turns=2, enable_thinking=True)
-    trajs = run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(2)], cfg=cfg, seed=0)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=8), enable_thinking=True)
+    trajs = run_episodes(model, tok, [(EchoEnv(max_turns=2), task(i)) for i in range(2)], cfg=cfg, seed=0)
     for tr in trajs:
         check_invariants(tr)
         assert tr.turns and tok.decode(list(tr.prompt_ids)).endswith("<|im_start|>assistant\n")
