@@ -285,7 +285,8 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
 
     Raises:
         TitoMismatch: naming the case, the first differing token and both decodings.
-        ValueError: the tokenizer has no usable chat template, or `obs.tools` is empty.
+        ValueError: the tokenizer has no usable chat template, the template ignores the tool schemas, or
+            `obs.tools` is empty.
     """
     if not obs.tools:
         raise ValueError("assert_tito_consistent needs the environment's tool schemas (obs.tools is empty)")
@@ -295,6 +296,12 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
         tokenizer, render_text(tokenizer, msgs, obs.tools, add_generation_prompt=gen, enable_thinking=enable_thinking)
     )
     prompt = render_prompt(tokenizer, obs, enable_thinking=enable_thinking)
+    bare = encode(tokenizer, render_text(tokenizer, base, None, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking))
+    if prompt == bare:
+        raise ValueError("the chat template renders no tool schemas (the prompt is the same with and without "
+                         "tools), so the model is never told its tools; pass a tool-calling template: "
+                         "--chat-template chatml-tools (agentrl.chat.bundled) or a .jinja path")
     if prompt != render(base, True):
         raise TitoMismatch("render_prompt differs from the template's rendering of [system, user] + tools")
     if prompt[-len(fmt.header_ids) :] != list(fmt.header_ids):

@@ -79,6 +79,9 @@ RESULTS_SCHEMA: dict[str, Any] = {
                 "properties": {"name": {"type": "string"}, "kwargs": {"type": "object"},
                                "max_observation_chars": {"type": ["integer", "null"]},
                                "end_reasons": {"type": "array", "items": {"type": "string"}}}},
+        "chat_template": {"type": "object", "required": ["name", "sha256", "source"],
+                          "properties": {"name": {"type": "string"}, "sha256": {"type": "string"},
+                                         "source": {"type": "string"}}},
         "noise": {"type": "object"},
     },
 }

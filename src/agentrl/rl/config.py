@@ -37,7 +37,8 @@ class RLConfig:
     """
 
     # -- what to train on
-    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, or 'tiny-qwen3' (random tiny Qwen3).")
+    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny Qwen3), or "
+                                  "'smollm2-135m-instruct' (fetched by `agentrl assets fetch smollm2-135m-instruct`).")
     env: str = _f("coding-tools", _env_help())
     tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
@@ -87,6 +88,9 @@ class RLConfig:
     gradient_checkpointing: bool = _f(False, "Recompute trunk activations in backward (saves memory, costs time).")
     device: str = _f("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
     tokenizer: str = _f("", "Tokenizer path if it is not beside the model (empty = the model's own).")
+    chat_template: str = _f("", "Chat template replacing the model's own, for templates without tool support: a "
+                                "bundled name (chatml-tools) or a .jinja path (empty = the model's own). Saved "
+                                "with checkpoints, so a trained model reloads with it.")
     allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")

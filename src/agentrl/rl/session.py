@@ -144,7 +144,8 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
     torch.manual_seed(cfg.seed)
     try:
         model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
-                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
+                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed,
+                                 chat_template=cfg.chat_template or None)
     except (FileNotFoundError, ValueError):
         raise
     except Exception as e:  # noqa: BLE001 - a broken model folder (corrupt weights, bad config) is bad input
@@ -336,6 +337,7 @@ class RunSession:
 
     @classmethod
     def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs: _Inputs) -> RunSession:
+        from agentrl.chat.bundled import tokenizer_template
         from agentrl.io.results import RunResults
         from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
         from agentrl.rl.update import enable_gradient_checkpointing
@@ -364,6 +366,7 @@ class RunSession:
             results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
         results.set("tool_schemas", schemas)
         results.set("env", env_section(cfg.env, kwargs))
+        results.set("chat_template", tokenizer_template(tok, cfg.chat_template or "model").describe())
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                               "heldout_ids": [t.id for t in tasks.heldout],

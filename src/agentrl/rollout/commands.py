@@ -21,6 +21,7 @@ class SmokeConfig:
     Attributes:
         model: "tiny-qwen3", a local folder, or an HF id in the local cache.
         tokenizer: tokenizer folder (default: the model's; tiny-qwen3: asset "qwen3-tokenizer").
+        chat_template: replace the model's template (bundled name "chatml-tools" or a path; agentrl.chat.bundled).
         env: environment name (agentrl.envs.make_env).
         episodes: held-out episodes to run.
         max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
@@ -31,6 +32,7 @@ class SmokeConfig:
 
     model: str = "tiny-qwen3"
     tokenizer: str | None = None
+    chat_template: str | None = None
     env: str = "coding-tools"
     episodes: int = 8
     max_turns: int = 3
@@ -49,8 +51,10 @@ def register(subparsers: Any) -> None:
     """Add `smoke` to the agentrl command line."""
     p = subparsers.add_parser("smoke", help="check template and tools, run a few held-out episodes, print transcripts")
     d = SmokeConfig()
-    p.add_argument("--model", default=d.model, help="tiny-qwen3 | local folder | HF id in the local cache")
+    p.add_argument("--model", default=d.model, help="tiny-qwen3 | smollm2-135m-instruct (agentrl assets fetch) | local folder | HF id in the local cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
+    p.add_argument("--chat-template", default=d.chat_template,
+                   help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path")
     p.add_argument("--env", default=d.env, help="environment name (default coding-tools)")
     from agentrl.cli_checks import positive_int
 
@@ -113,7 +117,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     if cfg.episodes < 1:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
-    model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer)
+    model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer,
+                             chat_template=cfg.chat_template)
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
     fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.thinking)

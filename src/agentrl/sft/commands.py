@@ -26,7 +26,9 @@ class SFTRunConfig:
 
     Attributes:
         env: environment whose scripted expert plays the episodes (agentrl.envs.ENV_NAMES).
-        model / tokenizer: a preset ("tiny-qwen3", "small-qwen3"), a folder, or an HF id in the cache.
+        model / tokenizer: a preset ("tiny-qwen3", "small-qwen3"), a fetched model ("smollm2-135m-instruct"),
+            a folder, or an HF id in the cache.
+        chat_template: replace the model's template (bundled "chatml-tools" or a path); saved with the output.
         n_tasks / families / split: bug-fix tasks to play (agentrl.tasks.make_tasks; names randomized).
         random_op: the expert follows the procedure but picks the edit op at random from the menu.
         max_turns: environment turn limit (None: its default).
@@ -41,6 +43,7 @@ class SFTRunConfig:
     env: str = "edit-menu"
     model: str = "tiny-qwen3"
     tokenizer: str | None = None
+    chat_template: str | None = None
     n_tasks: int = 200
     families: str | None = None
     split: str = "train"
@@ -60,8 +63,11 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("sft", help="supervised warm start on expert trajectories (or a JSONL file)")
     d, s = SFTRunConfig(), SFTConfig()
     p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
-    p.add_argument("--model", default=d.model, help="tiny-qwen3 | small-qwen3 | local folder | HF id in the cache")
+    p.add_argument("--model", default=d.model, help="tiny-qwen3 | small-qwen3 | smollm2-135m-instruct (agentrl assets fetch) | local folder | HF id in the cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
+    p.add_argument("--chat-template", default=d.chat_template,
+                   help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path; "
+                        "saved with the output model")
     p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
     p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
     p.add_argument("--split", default=d.split, choices=("train", "heldout"))
@@ -124,6 +130,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     Raises:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
     """
+    from agentrl.chat.bundled import tokenizer_template
     from agentrl.cli_checks import archive_previous, prepare_output_dir
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
@@ -140,7 +147,8 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     device = _device(run.device)
     # Every input (model, tokenizer, its template, the data) is loaded and checked before an earlier
     # output in --out is moved aside. fp32 master weights always; bfloat16 means autocast.
-    model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed)
+    model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed,
+                             chat_template=run.chat_template)
     trajs = _trajectories(run, cfg, tok)
     if not trajs:
         raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
@@ -166,6 +174,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     save_policy(model, tok, out)
     summary = {
         "run": asdict(run), "sft": asdict(cfg), "device": device, "versions": versions(),
+        "chat_template": tokenizer_template(tok, run.chat_template or "model").describe(),
         "data": {"trajectories": len(trajs), "mean_reward": sum(rewards) / len(rewards),
                  "data_wall_clock_s": data_s},
         "nll_before": nll_before, "nll_after": nll_after, **metrics.to_dict(),
