@@ -82,6 +82,13 @@ class RLConfig:
     mask_truncated: bool = _f(False, "Give episodes that end out of turns or out of tokens advantage 0 (TRL's "
                                      "mask_truncated_completions; they still count in their group's baseline). "
                                      "Default: they are graded on their final state like any other episode.")
+    lora_r: int = _f(0, "LoRA rank (0 = full fine-tuning): only the adapters train; checkpoints save adapters; the "
+                        "KL reference is the base with adapters off (no second copy).")
+    lora_alpha: float = _f(16.0, "LoRA scale numerator: the adapter update is scaled by lora_alpha / lora_r.")
+    lora_dropout: float = _f(0.0, "Dropout on the LoRA adapters' input (0 = off; the sampler runs in eval mode).")
+    lora_target_modules: str = _f("all-linear", "Modules that get adapters: all-linear (every linear layer but the "
+                                                "LM head) or comma-separated names (q_proj,v_proj).")
+    lora_merge: bool = _f(False, "With lora_r > 0: also write <out>/merged, the adapters merged into a plain model.")
     logprob_chunk_rows: int = _f(1024, "Policy positions per LM-head chunk (bounds the [rows, vocab] logits).")
     # -- numerics and hardware
     dtype: Literal["fp32", "bf16"] = _f("fp32", "Model parameter dtype.")
@@ -116,7 +123,7 @@ class RLConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
         for name in ("steps", "eval_every", "checkpoint_every", "max_edits", "train_size", "eval_size",
-                     "keep_checkpoints", "max_observation_chars"):
+                     "keep_checkpoints", "max_observation_chars", "lora_r"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         if self.adv_mode not in ADV_MODES:
@@ -169,6 +176,10 @@ class RLConfig:
             "weight_decay": (self.weight_decay >= 0, ">= 0"),
             "max_grad_norm": (self.max_grad_norm > 0, "> 0"),
             "alpha": (0.0 < self.alpha < 1.0, "in (0, 1)"),
+            "lora_alpha": (self.lora_alpha > 0, "> 0"),
+            "lora_dropout": (0.0 <= self.lora_dropout < 1.0, "in [0, 1)"),
+            # the fast sampler reads the base weights directly and would sample without the adapters
+            "lora_r": (not (self.lora_r and self.sampler == "fast"), "0 with --sampler fast (LoRA needs --sampler hf)"),
             # the resample matrix is n_boot x tasks: beyond this it costs memory, not precision
             "n_boot": (self.n_boot <= 1_000_000, "at most 1,000,000 resamples"),
         }

@@ -75,6 +75,18 @@ def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             "max_observation_chars": kwargs.get("max_observation_chars"), "end_reasons": list(spec.all_end_reasons())}
 
 
+def _with_lora(cfg: RLConfig, model: Any) -> Any:
+    """`model` wrapped in LoRA adapters when cfg.lora_r > 0 (agentrl.models.lora), else unchanged."""
+    if not cfg.lora_r:
+        return model
+    from agentrl.models.lora import apply_lora
+
+    base = Path(cfg.model).expanduser()
+    return apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                      target_modules=cfg.lora_target_modules, seed=cfg.seed,
+                      base=str(base.resolve()) if base.exists() else cfg.model)
+
+
 @contextlib.contextmanager
 def _exclusive(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on `out` for the run (a lock file beside it, so archiving cannot move it).
@@ -251,6 +263,19 @@ class RunSession:
             prune_checkpoints(self.out / "checkpoints", self.cfg.keep_checkpoints)
         return path
 
+    def export_merged(self) -> Path | None:
+        """With --lora-merge and LoRA: write `<out>/merged` (adapters merged into a plain model, and the
+        tokenizer) and return it; else None."""
+        if not (self.cfg.lora_merge and self.cfg.lora_r):
+            return None
+        from agentrl.models.lora import merged_copy
+
+        path = self.out / "merged"
+        merged_copy(self.model).save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        log.info("merged LoRA model: %s", path)
+        return path
+
     # -- construction -----------------------------------------------------------------------------
     @classmethod
     @contextlib.contextmanager
@@ -339,16 +364,19 @@ class RunSession:
     def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs: _Inputs) -> RunSession:
         from agentrl.chat.bundled import tokenizer_template
         from agentrl.io.results import RunResults
+        from agentrl.models.lora import AdapterOffReference
         from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
         from agentrl.rl.update import enable_gradient_checkpointing
 
         model, tok, device, schemas = inputs.model, inputs.tokenizer, inputs.device, inputs.tool_schemas
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        model = _with_lora(cfg, model)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                weight_decay=cfg.weight_decay)
         ref = None
-        if cfg.kl_coef > 0:
-            ref = copy.deepcopy(model).eval().requires_grad_(False)
+        if cfg.kl_coef > 0:  # LoRA: the policy with its adapters off is the reference (no second copy)
+            ref = AdapterOffReference(model) if cfg.lora_r else copy.deepcopy(model).eval().requires_grad_(False)
         start = 0
         ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
         if cfg.resume and ckpt is None:  # checked in open(); a checkpoint folder removed since is an error too
@@ -367,6 +395,9 @@ class RunSession:
         results.set("tool_schemas", schemas)
         results.set("env", env_section(cfg.env, kwargs))
         results.set("chat_template", tokenizer_template(tok, cfg.chat_template or "model").describe())
+        results.set("model", {"parameters": sum(p.numel() for p in model.parameters()),
+                              "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                              "lora": bool(cfg.lora_r)})
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                               "heldout_ids": [t.id for t in tasks.heldout],

@@ -38,6 +38,8 @@ class SFTRunConfig:
             (bfloat16 = autocast with fp32 master weights); gradient_checkpointing: activation checkpointing.
         thinking: template thinking mode (Qwen3 enable_thinking), as `agentrl train --thinking` samples: each
             expert turn is the template's own rendering of it as a thinking-mode turn.
+        lora_r / lora_alpha / lora_dropout / lora_target_modules: LoRA adapters (r > 0; agentrl.models.lora):
+            only they train and --out holds them (it loads as --model); lora_merge: also <out>/merged.
     """
 
     env: str = "edit-menu"
@@ -56,6 +58,11 @@ class SFTRunConfig:
     dtype: str = "float32"
     gradient_checkpointing: bool = False
     thinking: bool = False
+    lora_r: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+    lora_merge: bool = False
 
 
 def register(subparsers: Any) -> None:
@@ -81,6 +88,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
                    help="template thinking mode, as train --thinking (default: off)")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
+    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
+    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
+    p.add_argument("--lora-target-modules", default=d.lora_target_modules,
+                   help="all-linear (every linear layer but the LM head) or comma-separated module names")
+    p.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
@@ -165,13 +178,20 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
              sum(rewards) / max(len(rewards), 1), len(rewards), sum(t.num_policy_tokens for t in trajs))
     if run.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if run.lora_r:
+        from agentrl.models.lora import apply_lora
+
+        base = Path(run.model).expanduser()
+        model = apply_lora(model, r=run.lora_r, alpha=run.lora_alpha, dropout=run.lora_dropout,
+                           target_modules=run.lora_target_modules, seed=cfg.seed,
+                           base=str(base.resolve()) if base.exists() else run.model)
     pad = tok.pad_token_id
     nll_before = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
     metrics = sft(model, trajs, cfg, pad_id=pad, on_step=lambda r: log.info(
         "step %d epoch %d loss %.4f grad_norm %.3f lr %.2e", r["step"], r["epoch"], r["loss"], r["grad_norm"], r["lr"]))
     nll_after = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
     log.info("policy NLL %.4f -> %.4f nats/token", nll_before, nll_after)
-    save_policy(model, tok, out)
+    save_policy(model, tok, out, merged=run.lora_merge)
     summary = {
         "run": asdict(run), "sft": asdict(cfg), "device": device, "versions": versions(),
         "chat_template": tokenizer_template(tok, run.chat_template or "model").describe(),
