@@ -109,9 +109,9 @@ def test_coding_tools_bash_pytest_observation_stays_small_and_reward_is_right(ho
     env.reset(task)
     call = lambda name, **kw: ToolCall(name=name, arguments=kw, raw="")  # noqa: E731
     env.step([call("Read", file_path=f"/repo/{task.source_file}")])
-    (r,) = env.step([call("Write", file_path=f"/repo/{task.source_file}", content=task.reference)])
+    (r,) = env.step([call("Write", file_path=f"/repo/{task.source_file}", content=task.reference)]).results
     assert r.status == "ok", r.content
-    (r,) = env.step([call("Bash", command="python -m pytest -q")])
+    (r,) = env.step([call("Bash", command="python -m pytest -q")]).results
     assert r.status == "ok" and " passed" in r.content and "failed" not in r.content, r.content
     assert len(r.content) < 1000 and "pthread_create" not in r.content and "manythreads" not in r.content
     env.final_answer("Fixed; the tests pass.")
