@@ -15,3 +15,14 @@ PY=${PYTHON:-python3}
 # torch first: the pinned CPU wheel lies on this machine's disk; an unpinned torch would pull a CUDA build.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
 .venv/bin/pip install -q -e ".[test]"
+# opencode, the black-box agent of `agentrl train --agent opencode` (pinned; npm ships its platform binary
+# as the optional dependency opencode-<os>-<arch>). Optional: without npm everything else still works.
+OPENCODE_VERSION=1.18.33
+if command -v npm >/dev/null; then
+  if [[ "$(.venv/opencode/node_modules/.bin/opencode --version 2>/dev/null)" != "$OPENCODE_VERSION" ]]; then
+    npm install --prefix .venv/opencode --no-audit --no-fund --loglevel=error "opencode-ai@$OPENCODE_VERSION" >/dev/null 2>&1 \
+      || echo "setup: npm install opencode-ai@$OPENCODE_VERSION failed; agentrl train --agent opencode will say so" >&2
+  fi
+else
+  echo "setup: npm not found; opencode (agentrl train --agent opencode) is not installed" >&2
+fi

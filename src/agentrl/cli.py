@@ -16,11 +16,13 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
     "agentrl.envs.commands",
-    "agentrl.models.commands",
+    "agentrl.chat.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
     "agentrl.sft.commands",
     "agentrl.rl.commands",
+    "agentrl.serve.commands",
+    "agentrl.agents.commands",
 )
 
 

@@ -23,6 +23,8 @@ class TrainBatch:
         old_logprobs: [N, L] float32, the sampler's log-prob of the token AT that position (0 elsewhere).
         advantages: [N] float32, one advantage per episode (from agentrl.rl.advantages).
         rewards: [N] float32, the environment's rewards (for metrics; NaN for an unscorable episode).
+        is_weights: [N, L] float32 truncated importance weights of an off-policy batch (1 off-policy
+            positions), or None for an on-policy batch (agentrl.rl.offpolicy).
     """
 
     input_ids: torch.Tensor
@@ -31,6 +33,7 @@ class TrainBatch:
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
     rewards: torch.Tensor
+    is_weights: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -50,11 +53,13 @@ class TrainBatch:
             input_ids=self.input_ids[idx, :length], attention_mask=am[:, :length],
             policy_mask=self.policy_mask[idx, :length], old_logprobs=self.old_logprobs[idx, :length],
             advantages=self.advantages[idx], rewards=self.rewards[idx],
+            is_weights=None if self.is_weights is None else self.is_weights[idx, :length],
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
         return TrainBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.policy_mask,
-                                                    self.old_logprobs, self.advantages, self.rewards)))
+                                                    self.old_logprobs, self.advantages, self.rewards)),
+                          is_weights=None if self.is_weights is None else self.is_weights.to(device))
 
 
 def _check(i: int, tr: Trajectory) -> None:

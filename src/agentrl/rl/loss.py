@@ -17,6 +17,7 @@ def policy_loss(
     ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate against the sampler's log-probs, token-summed / `normalizer`.
 
@@ -37,6 +38,9 @@ def policy_loss(
         ref_logp: [N, T] frozen-reference log-probs, needed when kl_coef > 0.
         kl_coef: weight of the k3 penalty.
         entropy: [N, T] optional per-token entropy, only averaged into stats.
+        weights: [N, T] optional per-token importance weights (no gradient) multiplying each token's
+            surrogate: the truncated-IS correction of an off-policy batch, where `old_logp` is then the
+            proximal policy's log-prob (agentrl.rl.offpolicy; decoupled PPO, Hilton et al. 2022).
 
     Returns:
         (loss scalar, stats) with stats as means over this call's masked tokens: ratio_mean,
@@ -60,6 +64,10 @@ def policy_loss(
     ratio = torch.exp(delta)
     a = adv.to(logp.dtype)[:, None]
     surrogate = torch.maximum(-a * ratio, -a * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
+    if weights is not None:
+        if weights.shape != logp.shape:
+            raise ValueError(f"policy_loss: weights must be [N, T] like logp, got {tuple(weights.shape)}")
+        surrogate = surrogate * weights.detach().to(logp.dtype)
     loss = (surrogate * m).sum() / normalizer
     k3_ref = None
     if ref_logp is not None:

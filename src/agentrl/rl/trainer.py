@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,12 @@ from agentrl.eval.noise import run_noise
 from agentrl.eval.report import EvalReport, paired_difference
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
+from agentrl.rl.offpolicy import correct_stale_batch
 from agentrl.rl.scoring import episode_advantages, outcome_metrics
 from agentrl.rl.session import RunSession
 from agentrl.rl.update import minibatch_step
+from agentrl.rollout.trace import expand_rows
+from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
 
 log = logging.getLogger("agentrl.train")
@@ -46,48 +50,98 @@ def _seed(cfg: RLConfig, phase: str, step: int) -> int:
     return random.Random(f"{cfg.seed}:{phase}:{step}").randrange(2**31)
 
 
-def train_step(sess: RunSession, step: int) -> dict[str, float]:
-    """One GRPO step: B groups of G episodes, rewards from the env, advantages, the update.
+@dataclass
+class Collected:
+    """One step's rollouts, scored: the episodes, their training rows and the rows' advantages.
 
-    Returns the step's scalar metrics (reward, pass rate, zero-std groups, loss, entropy, clip
-    fraction, sampler-trainer gap, KL, grad norm, tokens/s, peak memory, tool statistics, seconds,
-    unscorable episodes and end-reason fractions). Rewards and pass rate are over scorable episodes.
+    Attributes:
+        step, version: the step they are for and the policy version that sampled them.
+        episodes: one Trajectory per episode (in task order).
+        rows: every training row (an episode of agentrl's own driver is one row; a black-box episode
+            may have several: agentrl.rollout.trace.expand_rows).
+        advantages: [len(rows)] the episode advantage of each row.
+        adv_stats: agentrl.rl.scoring.episode_advantages' statistics; rollout_s: seconds sampling took.
     """
-    from agentrl.envs import get_spec
 
+    step: int
+    version: int
+    episodes: list[Trajectory]
+    rows: list[Trajectory]
+    advantages: list[float]
+    adv_stats: dict[str, float]
+    rollout_s: float
+
+
+def collect_step(sess: RunSession, step: int, *, version: int | None = None, policy: Any = None) -> Collected:
+    """Sample and score the B*G episodes of `step` (tasks and seed from (seed, step)).
+
+    Args:
+        version: the policy version sampling them (default `step`: on-policy).
+        policy: a RolloutPolicy other than the learner's (asynchronous training).
+    """
     cfg = sess.cfg
+    version = step if version is None else version
     t0 = time.perf_counter()
     tasks = step_tasks(sess.tasks.train, cfg.prompts_per_step, cfg.group_size, cfg.seed, step)
     trajs = sess.rollout(tasks, seed=_seed(cfg, "train", step), group_ids=[i // cfg.group_size for i in range(len(tasks))],
-                         label=f"step {step} rollouts", policy_version=step)
-    t_roll = time.perf_counter() - t0
+                         label=f"step {step} rollouts", policy_version=version, policy=policy)
     adv, adv_stats = episode_advantages(trajs, cfg.adv_mode, mask_truncated=cfg.mask_truncated)
+    rows, row_adv = expand_rows(trajs, adv.tolist())
+    return Collected(step, version, trajs, rows, row_adv, adv_stats, time.perf_counter() - t0)
+
+
+def learn_step(sess: RunSession, col: Collected, *, wait_s: float = 0.0) -> dict[str, float]:
+    """The update on `col` (truncated-IS corrected when it was sampled by older weights) and the step's
+    metrics (reward, pass rate, zero-std groups, loss, entropy, clip fraction, sampler-trainer gap, KL,
+    grad norm, tokens/s, peak memory, tool statistics, seconds, unscorable episodes and end-reason
+    fractions, staleness and IS ratios). Rewards and pass rate are over scorable episodes."""
+    cfg, step, trajs = sess.cfg, col.step, col.episodes
+    staleness = col.step - col.version
+    adv_stats = dict(col.adv_stats)
     scored = [float(tr.reward) for tr in trajs if tr.reward is not None]
-    batch = collate(trajs, sess.pad_id, advantages=adv)
+    batch = collate(col.rows, sess.pad_id, advantages=col.advantages)
     t1 = time.perf_counter()
     sess.model.train()
+    batch, is_stats = correct_stale_batch(sess.model, batch, cfg, staleness)
     upd = minibatch_step(sess.model, sess.optimizer, batch, cfg, ref_model=sess.ref_model,
-                         generator=torch.Generator().manual_seed(_seed(cfg, "shuffle", step)))
+                         generator=torch.Generator().manual_seed(_seed(cfg, "shuffle", step)),
+                         minibatches=min(cfg.minibatches, batch.num_rows))
     t_upd = time.perf_counter() - t1
     if step == 0:
         for tr in trajs[:: cfg.group_size]:
             sess.results.add_transcript("train_step0", tr.task_id, tr.transcript, step=0, reward=tr.reward, write=False)
-    sampled = sum(tr.num_policy_tokens for tr in trajs)
+    sampled = sum(tr.num_policy_tokens for tr in col.rows)
     return {
         "reward_mean": adv_stats.pop("reward_mean"),
         "reward_std": adv_stats.pop("reward_std"),
         "pass_rate": sum(r >= 1.0 for r in scored) / len(scored) if scored else float("nan"),
         **{f"adv/{k}": float(v) for k, v in adv_stats.items() if k != "unscorable"},
-        **outcome_metrics(trajs, get_spec(cfg.env).all_end_reasons()),
+        **outcome_metrics(trajs, _end_reasons(cfg)),
         **{k: float(v) for k, v in upd.items()},
         **{f"tools/{k}": v for k, v in mean_stats(trajs).items()},
+        **is_stats,
         "rollout/episodes": float(len(trajs)),
+        "rollout/rows": float(len(col.rows)),
         "rollout/sampled_tokens": float(sampled),
-        "rollout/tokens_per_s": sampled / t_roll if t_roll > 0 else float("nan"),
-        "time/rollout_s": t_roll,
+        "rollout/tokens_per_s": sampled / col.rollout_s if col.rollout_s > 0 else float("nan"),
+        "async/staleness": float(staleness),
+        "async/wait_s": wait_s,
+        "time/rollout_s": col.rollout_s,
         "time/update_s": t_upd,
-        "time/step_s": time.perf_counter() - t0,
+        "time/step_s": col.rollout_s + t_upd if not cfg.async_rollouts else wait_s + t_upd,
     }
+
+
+def _end_reasons(cfg: RLConfig) -> tuple[str, ...]:
+    from agentrl.envs import get_spec
+
+    return () if cfg.agent else tuple(get_spec(cfg.env).all_end_reasons())
+
+
+def train_step(sess: RunSession, step: int) -> dict[str, float]:
+    """One synchronous GRPO step: `collect_step` then `learn_step` (B groups of G episodes, rewards from
+    the env, advantages, the update). Returns the step's scalar metrics (see learn_step)."""
+    return learn_step(sess, collect_step(sess, step))
 
 
 def bootstrap_config(cfg: RLConfig) -> BootstrapConfig:
@@ -154,8 +208,8 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_eval(sess, "before", 0)
         steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step)
-        for step in range(sess.start_step, cfg.steps):
-            metrics = train_step(sess, step)
+        steps = _async_steps(sess) if cfg.async_rollouts else _sync_steps(sess)
+        for step, metrics in steps:
             sess.progress.advance(steps_bar)
             sess.results.add_step(step, metrics)
             _log_step(step, metrics)
@@ -167,10 +221,41 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
         if len(sess.results.data["steps"]) >= 3:
             sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
-        sess.export_merged()
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         _plots(sess)
         return sess.results_path
+
+
+def _sync_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
+    """Steps start..cfg.steps, each rollouts then update."""
+    for step in range(sess.start_step, sess.cfg.steps):
+        yield step, train_step(sess, step)
+
+
+def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
+    """Steps start..cfg.steps with rollouts one step ahead (agentrl.rl.async_loop): a producer thread
+    collects step k+1 with a copy of the policy while step k trains, at most cfg.max_staleness versions
+    behind; the copy gets the learner's weights before each collection. With max_staleness 0 there is no
+    copy and nothing overlaps: the steps equal `_sync_steps`' exactly."""
+    from agentrl.rl.async_loop import AsyncRollouts
+
+    cfg = sess.cfg
+    policy = sess.rollout_copy() if cfg.max_staleness > 0 else None
+    sync = (lambda: sess.sync_weights(policy)) if policy is not None else (lambda: None)
+
+    def produce(step: int, version: int) -> Collected:
+        return collect_step(sess, step, version=version, policy=policy)
+
+    with AsyncRollouts(produce, sync, start=sess.start_step, stop=cfg.steps, max_staleness=cfg.max_staleness,
+                       version=sess.start_step) as loop:
+        for step in range(sess.start_step, cfg.steps):
+            t0 = time.perf_counter()
+            got = loop.get(step)
+            with loop.lock:  # the producer copies weights only between updates
+                metrics = learn_step(sess, got.payload, wait_s=time.perf_counter() - t0)
+            loop.publish(step + 1)
+            metrics["async/producer_wait_s"] = got.wait_s
+            yield step, metrics
 
 
 def _plots(sess: RunSession) -> None:

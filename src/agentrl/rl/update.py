@@ -17,7 +17,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
@@ -35,8 +34,7 @@ def accumulate_gradients(
         batch: the minibatch (any N rows).
         cfg: needs micro, clip_low, clip_high, kl_coef, temperature, logprob_chunk_rows.
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
-        ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
-            agentrl.models.lora.AdapterOffReference of `model`.
+        ref_model: frozen reference, required when cfg.kl_coef > 0.
 
     Returns:
         stats: loss (the minibatch loss = sum of microbatch losses), token-weighted means of the
@@ -55,12 +53,12 @@ def accumulate_gradients(
                                     chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
         ref_logp = None
         if ref_model is not None and kl_on:
-            with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
-                ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
+            with torch.no_grad():
+                ref_logp, _ = policy_logprobs(ref_model, mb.input_ids, mb.attention_mask, mb.policy_mask,
                                               chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
         loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
                                clip_high=cfg.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
-                               kl_coef=cfg.kl_coef, entropy=ent)
+                               kl_coef=cfg.kl_coef, entropy=ent, weights=mb.is_weights)
         loss.backward()
         totals["loss"] += float(loss.detach())
         totals["tokens_trained"] += st["tokens"]
@@ -82,8 +80,10 @@ def minibatch_step(
     *,
     ref_model: nn.Module | None = None,
     generator: torch.Generator | None = None,
+    minibatches: int | None = None,
 ) -> dict[str, float]:
-    """cfg.epochs passes over `batch`, each split into cfg.minibatches optimizer steps.
+    """cfg.epochs passes over `batch`, each split into cfg.minibatches optimizer steps (or `minibatches`,
+    e.g. fewer when a black-box step has fewer rows than cfg.minibatches).
 
     Each minibatch: normalizer = its policy tokens (zero-advantage rows count), gradients accumulated
     over microbatches of cfg.micro rows (zero-advantage rows skipped unless cfg.kl_coef > 0), global
@@ -102,8 +102,9 @@ def minibatch_step(
         unbiased estimate of the sampler's entropy, including rows skipped in backward), tokens_per_s
         (policy tokens of the batch times epochs / wall-clock s), peak_memory_bytes, update_s.
     """
-    if cfg.minibatches > batch.num_rows:
-        raise ValueError(f"minibatch_step: {cfg.minibatches} minibatches need >= as many rows, got {batch.num_rows}")
+    n_mb = cfg.minibatches if minibatches is None else minibatches
+    if n_mb > batch.num_rows or n_mb < 1:
+        raise ValueError(f"minibatch_step: {n_mb} minibatches need 1..{batch.num_rows} (the batch's rows)")
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     batch = batch.to(device)
@@ -113,7 +114,7 @@ def minibatch_step(
     per_step: list[dict[str, float]] = []
     for _ in range(cfg.epochs):
         order = torch.randperm(batch.num_rows, generator=generator) if generator is not None else torch.arange(batch.num_rows)
-        for rows in torch.tensor_split(order, cfg.minibatches):
+        for rows in torch.tensor_split(order, n_mb):
             per_step.append(_one_minibatch(model, optimizer, batch.select(rows), cfg, params, ref_model))
     elapsed = time.perf_counter() - t0
     out = _mean_metrics(per_step)

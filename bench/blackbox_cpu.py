@@ -1,0 +1,164 @@
+"""CPU numbers for black-box training: opencode harness overhead and rows per episode, and the async speed-up.
+
+    .venv/bin/python bench/blackbox_cpu.py [--episodes 4] [--steps 4] [--out bench/results/blackbox_cpu.json]
+
+1. opencode episodes against tiny-qwen3 through the PolicyServer (bubblewrap where usable), twice: with the
+   random model's own samples (it answers with text, so an episode is one model call), and with a scripted
+   policy that writes the reference fix with opencode's write tool and then ends (two calls, one row).
+   Reported: episode wall time, harness overhead (harness wall time outside model calls), model calls, rows.
+2. The same small GRPO run (edit-menu, a scripted random-op policy scored with tiny-qwen3's own log-probs,
+   so groups have reward spread and every step trains) synchronously and with --async-rollouts
+   --max-staleness 1: the wall time of the training steps of each, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def _scored(model, tok, ctx, text):
+    from agentrl.rollout.sampler import Sample
+
+    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    with torch.no_grad():
+        logits = model(torch.tensor([ctx + ids])).logits[0, len(ctx) - 1: -1].float()
+    lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+    return Sample(tuple(ids), tuple(lp.tolist()), False)
+
+
+def opencode_episodes(n: int) -> dict:
+    from agentrl.agents.episode import AgentConfig, BlackBoxRunner
+    from agentrl.rollout.models import load_policy
+    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.sandbox import Sandbox
+    from agentrl.serve.policy_server import PolicyServer
+    from agentrl.tasks import make_tasks
+
+    model, tok = load_policy("tiny-qwen3")
+    tasks = make_tasks(n, seed=5, split="train")
+
+    def writer(contexts, budgets):
+        out = []
+        for c in contexts:
+            text = tok.decode(c)
+            where = re.search(r"Working directory: (\S+)", text)
+            task = next((t for t in tasks if f"`{t.entry}`" in text), tasks[0])
+            reply = "Fixed."
+            if where and "<tool_response>" not in text:
+                args = {"filePath": f"{where.group(1)}/{task.source_file}", "content": task.reference}
+                reply = "<tool_call>\n" + json.dumps({"name": "write", "arguments": args}) + "\n</tool_call>"
+            out.append(_scored(model, tok, c, reply))
+        return out
+
+    report = {}
+    with Sandbox() as sb:
+        for name, sampler in (("random tiny-qwen3", None), ("scripted write-the-fix", writer)):
+            srv = PolicyServer(model, tok, sampler=sampler, sampling=SamplingConfig(max_new_tokens=64))
+            with BlackBoxRunner(srv, sb, AgentConfig(timeout_s=300, workers=n)) as runner:
+                t0 = time.perf_counter()
+                eps = runner.run(tasks)
+                wall = time.perf_counter() - t0
+                iso = runner.isolation
+            srv.close()
+            report[name] = {
+                "episodes": n, "isolation": iso, "concurrent_wall_s": wall,
+                "episode_wall_s_mean": statistics.mean(e.wall_s for e in eps),
+                "harness_overhead_s_mean": statistics.mean(e.harness_overhead_s for e in eps),
+                "model_s_mean": statistics.mean(sum(c.wall_s for c in e.trace.calls) for e in eps),
+                "model_calls_mean": statistics.mean(len(e.trace.calls) for e in eps),
+                "rows_per_episode_mean": statistics.mean(len(e.rows) for e in eps),
+                "rewards": [e.reward for e in eps], "end_reasons": [e.end_reason for e in eps],
+            }
+            print(name, json.dumps(report[name]), flush=True)
+    return report
+
+
+def async_speedup(steps: int) -> dict:
+    from agentrl.rl import trainer as trainer_mod
+    from agentrl.rl.config import RLConfig
+    from agentrl.rl.session import RunSession
+
+    state: dict = {}
+    rng = random.Random(0)
+
+    def sample(contexts, budgets):
+        out = []
+        for c in contexts:
+            text = state["tok"].decode(c)
+            menu = re.search(r"Edit menu: ([a-z_, ]+)\.", text).group(1).split(", ")
+            first = text.count("<|im_start|>assistant") == 1
+            call = {"name": "edit", "arguments": {"op": rng.choice(menu)}} if first else {"name": "submit", "arguments": {}}
+            out.append(_scored(state["model"], state["tok"], c, "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"))
+        return out
+
+    orig_open, orig_copy = RunSession.open.__func__, RunSession.rollout_copy
+
+    def open_(cls, c, *, sampler=None):
+        cm = orig_open(cls, c, sampler=sampler)
+
+        class CM:
+            def __enter__(self):
+                sess = cm.__enter__()
+                state["model"], state["tok"] = sess.model, sess.tokenizer
+                return sess
+
+            def __exit__(self, *a):
+                return cm.__exit__(*a)
+        return CM()
+
+    def copy_(sess):
+        pol = orig_copy(sess)
+        state["model"] = pol.model  # score samples with the model that samples them
+        return pol
+
+    RunSession.open, RunSession.rollout_copy = classmethod(open_), copy_
+    out = {}
+    try:
+        for name, kw in (("sync", {}), ("async_staleness_1", {"async_rollouts": True, "max_staleness": 1})):
+            cfg = RLConfig(env="edit-menu", steps=steps, prompts_per_step=4, group_size=4, eval_n=1, eval_size=2,
+                           train_size=16, max_new_tokens=48, lr=1e-4, micro=2, n_boot=200, seed=3,
+                           out=tempfile.mkdtemp() + "/run", **kw)
+            path = trainer_mod.train(cfg, sampler=sample)
+            data = json.loads(Path(path).read_text())
+            st = data["steps"]
+            out[name] = {"steps_wall_s": sum(s["time/step_s"] for s in st),
+                         "rollout_s": sum(s["time/rollout_s"] for s in st),
+                         "update_s": sum(s["time/update_s"] for s in st),
+                         "staleness": [s["async/staleness"] for s in st],
+                         "is_ratio_mean": [s.get("is/ratio_mean") for s in st]}
+            print(name, json.dumps(out[name]), flush=True)
+    finally:
+        RunSession.open, RunSession.rollout_copy = classmethod(orig_open), orig_copy
+    out["speedup"] = out["sync"]["steps_wall_s"] / out["async_staleness_1"]["steps_wall_s"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--episodes", type=int, default=4)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--out", default="bench/results/blackbox_cpu.json")
+    p.add_argument("--skip-opencode", action="store_true")
+    a = p.parse_args(argv)
+    report = {"machine": "CPU (shared 2-core box; numbers include contention)"}
+    if not a.skip_opencode:
+        report["opencode"] = opencode_episodes(a.episodes)
+    report["async"] = async_speedup(a.steps)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(report, indent=2))
+    print(f"async speed-up over sync: {report['async']['speedup']:.2f}x; written {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

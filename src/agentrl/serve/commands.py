@@ -1,0 +1,88 @@
+"""`agentrl serve-policy`: the policy behind an OpenAI-compatible endpoint that records token ids and log-probs.
+
+Not the server itself (agentrl.serve.policy_server / policy_app). Any OpenAI-compatible agent harness
+can be pointed at `http://HOST:PORT/v1` with the rollout id as its API key; the traces are read back
+with `GET /rollouts/<id>/trace` (or `DELETE /rollouts/<id>`, which also closes the rollout), and
+`--trace-dir` writes each closed rollout's trace as `<id>.json` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+from typing import Any
+
+log = logging.getLogger("agentrl.serve")
+
+
+def register(subparsers: Any) -> None:
+    """Add `serve-policy` to the agentrl command line."""
+    from agentrl.cli_checks import positive_int
+
+    p = subparsers.add_parser("serve-policy", help="serve the policy as OpenAI chat completions, recording "
+                              "every call's token ids and sampler log-probs per rollout (API key = rollout id)")
+    p.add_argument("--model", default="tiny-qwen3", help="tiny-qwen3 | local folder | HF id in the local cache")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's own)")
+    p.add_argument("--sampler", default="hf", choices=("hf", "fast"), help="HF generate or the fast static-KV sampler")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--device", default="auto")
+    p.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
+    p.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
+    p.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
+    p.add_argument("--max-rollout-tokens", type=positive_int, default=32768, help="completion tokens per rollout")
+    p.add_argument("--max-wall-s", type=float, default=900.0, help="seconds per rollout")
+    p.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
+    p.add_argument("--require-open", action="store_true",
+                   help="refuse rollout ids not opened with POST /rollouts/<id> (default: any API key opens one)")
+    p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
+    p.set_defaults(func=main)
+
+
+def build_server(args: argparse.Namespace) -> Any:
+    """The PolicyServer that `args` describe (model loaded, sampler built)."""
+    from agentrl.rl.session import resolve_device
+    from agentrl.rollout.models import load_policy
+    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.serve.policy_server import PolicyServer, RolloutBudget
+
+    device = resolve_device(args.device)
+    model, tok = load_policy(args.model, args.dtype, device, args.allow_download, tokenizer_path=args.tokenizer)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch)
+    sampler = None
+    if args.sampler == "fast":
+        from agentrl.rollout.fast_sampler import fast_sampler_for
+
+        sampler = fast_sampler_for(model, tok, sampling, max_batch=args.gen_batch)
+    budget = RolloutBudget(max_calls=args.max_calls, max_completion_tokens=args.max_rollout_tokens,
+                           max_wall_s=args.max_wall_s)
+    return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=args.max_context_tokens,
+                        budget=budget, auto_open=not args.require_open, model_name=str(args.model),
+                        max_batch=args.gen_batch)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until interrupted (Ctrl-C). Raises ValueError for a bad port."""
+    import uvicorn
+
+    from agentrl.serve.policy_app import create_app
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback:
+        log.warning("serve-policy: binding %s exposes the policy beyond this machine", args.host)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    server = build_server(args)
+    print(f"agentrl policy server: http://{args.host}:{args.port}/v1  (API key = rollout id; "
+          f"traces at /rollouts/<id>/trace)", flush=True)
+    try:
+        uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        server.close()
+    return 0
