@@ -16,7 +16,7 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.tasks.commands",
     "agentrl.envs.commands",
-    "agentrl.chat.commands",
+    "agentrl.models.commands",
     "agentrl.rollout.commands",
     "agentrl.io.commands",
     "agentrl.sft.commands",

@@ -13,7 +13,7 @@ def test_mbpp_splits_by_task_id():
     assert {t.meta["mbpp_split"] for t in train} == {"train", "validation", "prompt"}
     assert all(11 <= t.meta["task_id"] <= 510 for t in test)
     t = train[0]
-    assert t.public_tests == t.hidden_tests[:1] and t.meta["shown_test_indices"] == (0,)
+    assert t.public_tests[0] not in t.hidden_tests and t.meta["shown_test_indices"] == ()  # issue 14.4a
     assert t.entry in t.public_tests[0] and f"def {t.entry}" in t.reference
     assert [mbpp_split(i) for i in (1, 11, 511, 601)] == ["prompt", "test", "validation", "train"]
 
@@ -35,7 +35,7 @@ def test_humaneval_tests_are_the_asserts_of_check():
     assert len(tasks) == 164
     t = tasks[0]
     assert t.entry == "has_close_elements" and all("has_close_elements(" in x for x in t.hidden_tests)
-    assert "candidate" not in "".join(t.hidden_tests) and t.meta["shown_test_indices"] == (0,)
+    assert "candidate" not in "".join(t.hidden_tests) and t.meta["shown_test_indices"] == ()
     setup, tests = split_check("import math\ndef check(c):\n    x = 2\n    assert c(x) == 4\n    assert True\n", "sq")
     assert setup == "import math\nx = 2" and tests == ("assert sq(x) == 4",)
 

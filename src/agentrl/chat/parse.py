@@ -4,6 +4,9 @@ Not the executor and not the schema check: environments run the calls and own ev
 (unknown tool, bad arguments, calls per turn: agentrl.envs.toolenv), marking a call they refuse with
 the same `ToolCall.malformed` vocabulary.
 
+A block's body ends where its JSON value ends, not at the first `</tool_call>`: a string argument
+may contain the closing tag's text (see `_block_end`).
+
 Malformed classes (stored in `ToolCall.malformed`, the raw text is always kept):
     "bad_json"          the block's body is not one JSON value;
     "not_a_call"        JSON parses but is not an object with a string "name" and an object "arguments";
@@ -23,7 +26,9 @@ from agentrl.envs.base import ToolCall
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
-_BLOCK_RE = re.compile(re.escape(OPEN_TAG) + r"(.*?)(" + re.escape(CLOSE_TAG) + r"|$)", re.DOTALL)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # Qwen3 / DeepSeek-R1 reasoning tags
+_DECODER = json.JSONDecoder(strict=False)
+_SPACE = re.compile(r"\s*")
 
 
 MAX_CALL_BODY_CHARS = 1 << 20
@@ -74,6 +79,53 @@ def _decode_call(body: str, max_body_chars: int = MAX_CALL_BODY_CHARS) -> tuple[
     return name, args, None
 
 
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(reasoning, content) of one turn: a turn that opens with `<think>` has its reasoning up to `</think>`
+    split off, so tool calls and the final answer are read from the content only (as vLLM's and SGLang's
+    reasoning parsers do); calls written while thinking are not run. A think block that never closes
+    (the turn was cut while thinking) is all reasoning. Other turns are all content. Never raises.
+
+    Returns:
+        (the think block's inner text, stripped of surrounding newlines; the text after `</think>`).
+    """
+    head = text.lstrip()
+    if not head.startswith(THINK_OPEN):
+        return "", text
+    inner = head[len(THINK_OPEN) :]
+    end = inner.find(THINK_CLOSE)
+    if end < 0:
+        return inner.strip("\n"), ""
+    return inner[:end].strip("\n"), inner[end + len(THINK_CLOSE) :]
+
+
+def _block_end(text: str, body_start: int) -> tuple[int, int]:
+    """(end of the call body, end of the block) for a block whose body starts at `body_start`.
+
+    The body ends where its JSON value ends (json.JSONDecoder.raw_decode), then optional whitespace and
+    `</tool_call>`: a string argument may contain `</tool_call>` itself (code that writes tool calls, a
+    prompt template), escaped quotes, backslashes or raw newlines, and the first closing tag in the
+    text would cut it. When the body is not one JSON value, or other text follows the value, the block
+    ends at the next `</tool_call>` (after the value, if one was decoded) and its body is "bad_json".
+    Without a closing tag the block runs to the end of the text (body end == block end). Never raises.
+    """
+    search_from = body_start
+    i = _SPACE.match(text, body_start).end()
+    if text.startswith(("{", "["), i):
+        try:
+            _, j = _DECODER.raw_decode(text, i)
+        except Exception:  # noqa: BLE001 - any decoding failure (syntax, depth, huge ints): bad_json below
+            j = None
+        if j is not None:
+            k = _SPACE.match(text, j).end()
+            if text.startswith(CLOSE_TAG, k):
+                return k, k + len(CLOSE_TAG)
+            search_from = j
+    close = text.find(CLOSE_TAG, search_from)
+    if close < 0:
+        return len(text), len(text)
+    return close, close + len(CLOSE_TAG)
+
+
 def parse_tool_calls(
     text: str, *, hit_token_limit: bool = False, max_body_chars: int = MAX_CALL_BODY_CHARS
 ) -> tuple[list[ToolCall], str]:
@@ -97,15 +149,15 @@ def parse_tool_calls(
     calls: list[ToolCall] = []
     outside: list[str] = []
     pos = 0
-    for m in _BLOCK_RE.finditer(text):
-        outside.append(text[pos : m.start()])
-        pos = m.end()
-        body, closed = m.group(1), bool(m.group(2))
+    while (start := text.find(OPEN_TAG, pos)) >= 0:
+        outside.append(text[pos:start])
+        body_end, pos = _block_end(text, start + len(OPEN_TAG))
+        body, closed = text[start + len(OPEN_TAG) : body_end], pos > body_end
         name, args, why = _decode_call(body, max_body_chars)
         if not closed:
             why = "cut_off: the turn hit the token limit inside the call" if hit_token_limit else (
                 "missing_close_tag: no </tool_call> after the call" + (f" ({why})" if why else "")
             )
-        calls.append(ToolCall(name=name, arguments=args, raw=m.group(0), malformed=why))
+        calls.append(ToolCall(name=name, arguments=args, raw=text[start:pos], malformed=why))
     outside.append(text[pos:])
     return calls, "".join(outside).strip()

@@ -9,7 +9,11 @@ Traps handled (all read from renderings, none hard-wired):
   * a turn cut at the token limit has no end-of-turn token, so its observation starts with one;
   * templates that re-render history without the empty think block the generation prompt inserted
     (Qwen3 drops `<think>\\n\\n</think>\\n\\n` from earlier assistant turns) differ from the
-    incremental path only by that block; the check allows exactly that difference and nothing else.
+    incremental path only by that block; the check allows exactly that difference and nothing else;
+  * thinking mode (`enable_thinking=True`): the generation prompt has no think block, the policy writes
+    its own `<think>...</think>` each turn, and the template keeps it (Qwen3, for turns after the last
+    user message) or drops it from history turns; the sampled block stays in the row either way (the
+    row is never re-rendered), and the check allows a template's dropping of a history turn's block only.
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ class TurnFormat:
         eot_ids: the end-of-turn token(s) the assistant emits (the sampler stops on the first).
         header_ids: what the generation prompt appends for a new assistant turn (incl. any think stub).
         stub_ids: the part of `header_ids` that history re-rendering may drop (empty if none).
+        think_ids: (open, close) ids of the template's think tags (Qwen3 `<think>`, `</think>`), read off
+            its non-thinking stub; () when the template has no thinking switch.
     """
 
     eot_text: str
     eot_ids: tuple[int, ...]
     header_ids: tuple[int, ...]
     stub_ids: tuple[int, ...]
+    think_ids: tuple[int, ...] = ()
 
 
 def turn_format(tokenizer: Any, *, enable_thinking: bool = False) -> TurnFormat:
@@ -59,11 +66,15 @@ def turn_format(tokenizer: Any, *, enable_thinking: bool = False) -> TurnFormat:
     stub = gen[len(plain) :] if gen.startswith(plain) else ""
     if not gen.startswith(base):
         raise ValueError("chat template's generation prompt does not extend the rendered conversation")
+    off = render_text(tokenizer, user, None, add_generation_prompt=True, enable_thinking=False)
+    off_stub = [i for i in encode(tokenizer, off[len(plain) :] if off.startswith(plain) else "")
+                if tokenizer.decode([i]).strip()]  # the stub's tags, without its whitespace
     return TurnFormat(
         eot_text=eot,
         eot_ids=tuple(encode(tokenizer, eot)),
         header_ids=tuple(encode(tokenizer, gen[len(base) :])),
         stub_ids=tuple(encode(tokenizer, stub)),
+        think_ids=(off_stub[0], off_stub[-1]) if len(off_stub) >= 2 else (),
     )
 
 
@@ -226,15 +237,36 @@ def _diff_message(tokenizer: Any, got: list[int], want: list[int], what: str) ->
     )
 
 
+def _think_block_len(tokenizer: Any, ids: list[int], pos: int, fmt: TurnFormat) -> int:
+    """Length of the think block starting at `ids[pos]` (0 if none): the template's empty stub, or, in
+    thinking mode, `<think>` ... `</think>` and the whitespace-only tokens after it."""
+    s = len(fmt.stub_ids)
+    if s and tuple(ids[pos : pos + s]) == fmt.stub_ids:
+        return s
+    if not fmt.think_ids or pos >= len(ids) or ids[pos] != fmt.think_ids[0]:
+        return 0
+    try:
+        end = ids.index(fmt.think_ids[1], pos + 1) + 1
+    except ValueError:
+        return 0
+    while end < len(ids) and not tokenizer.decode([ids[end]]).strip():
+        end += 1
+    return end - pos
+
+
 def _compare(tokenizer: Any, got: list[int], history_starts: list[int], want: list[int], fmt: TurnFormat, what: str):
-    """Equal, or equal once the think stub is dropped after every *history* assistant header."""
+    """Equal, or equal once the think block of some *history* assistant turns is dropped where the
+    template drops it (its empty stub, or a thinking-mode block; a block the template keeps stays)."""
     if got == want:
         return
-    stripped, s, prev = [], len(fmt.stub_ids), 0
+    stripped: list[int] = []
+    prev = 0
     for pos in history_starts:
-        if s and tuple(got[pos : pos + s]) == fmt.stub_ids:
-            stripped += got[prev:pos]
-            prev = pos + s
+        stripped += got[prev:pos]
+        prev = pos
+        n = _think_block_len(tokenizer, got, pos, fmt)
+        if n and want[len(stripped) : len(stripped) + n] != got[pos : pos + n]:
+            prev = pos + n  # the template re-renders this history turn without its think block
     stripped += got[prev:]
     if stripped != want:
         note = " (after dropping the history think blocks the template drops)" if stripped != got else ""
@@ -253,7 +285,8 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
 
     Raises:
         TitoMismatch: naming the case, the first differing token and both decodings.
-        ValueError: the tokenizer has no usable chat template, or `obs.tools` is empty.
+        ValueError: the tokenizer has no usable chat template, the template ignores the tool schemas, or
+            `obs.tools` is empty.
     """
     if not obs.tools:
         raise ValueError("assert_tito_consistent needs the environment's tool schemas (obs.tools is empty)")
@@ -263,6 +296,12 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
         tokenizer, render_text(tokenizer, msgs, obs.tools, add_generation_prompt=gen, enable_thinking=enable_thinking)
     )
     prompt = render_prompt(tokenizer, obs, enable_thinking=enable_thinking)
+    bare = encode(tokenizer, render_text(tokenizer, base, None, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking))
+    if prompt == bare:
+        raise ValueError("the chat template renders no tool schemas (the prompt is the same with and without "
+                         "tools), so the model is never told its tools; pass a tool-calling template: "
+                         "--chat-template chatml-tools (agentrl.chat.bundled) or a .jinja path")
     if prompt != render(base, True):
         raise TitoMismatch("render_prompt differs from the template's rendering of [system, user] + tools")
     if prompt[-len(fmt.header_ids) :] != list(fmt.header_ids):
@@ -271,11 +310,13 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
     one = [_probe_call(t0, 1)]
     two = [_probe_call(t0, 2), _probe_call(t1, 3)]
     res = lambda calls: [ToolResult(c, "ok", f"result {i}: ok \"é\" \\\n  indented\n") for i, c in enumerate(calls)]  # noqa: E731
+    # thinking mode: the policy opens every turn with its own think block (the template's canonical form)
+    th = (lambda k: f"<think>\nStep {k}: \"é\" \\ check.\n</think>\n\n") if enable_thinking and fmt.think_ids else (lambda k: "")  # noqa: E731
     cases = {
-        "one tool result": [("Reading.\n" + one[0].raw, one, False)],
-        "two tool results": [("\n".join(c.raw for c in two), two, False)],
-        "two turns": [(one[0].raw, one, False), (two[0].raw + "\n" + two[1].raw, two, False)],
-        "turn cut at the token limit": [('<tool_call>\n{"name": "' + one[0].name, one, True)],
+        "one tool result": [(th(1) + "Reading.\n" + one[0].raw, one, False)],
+        "two tool results": [(th(1) + "\n".join(c.raw for c in two), two, False)],
+        "two turns": [(th(1) + one[0].raw, one, False), (th(2) + two[0].raw + "\n" + two[1].raw, two, False)],
+        "turn cut at the token limit": [(th(1) + '<tool_call>\n{"name": "' + one[0].name, one, True)],
     }
     for what, turns in cases.items():
         ids, msgs, starts = list(prompt), list(base), []
@@ -288,8 +329,8 @@ def assert_tito_consistent(tokenizer: Any, obs: Observation, *, enable_thinking:
             msgs += [{"role": "assistant", "content": text}] + tool_messages(res(calls))
         _compare(tokenizer, ids, starts, render(msgs, True), fmt, what)
         # The final answer is the last assistant turn: the template keeps its header as generated.
-        final = ids + encode(tokenizer, "Done.") + list(fmt.eot_ids)
-        text = render_text(tokenizer, msgs + [{"role": "assistant", "content": "Done."}], obs.tools,
+        final = ids + encode(tokenizer, th(9) + "Done.") + list(fmt.eot_ids)
+        text = render_text(tokenizer, msgs + [{"role": "assistant", "content": th(9) + "Done."}], obs.tools,
                            add_generation_prompt=False, enable_thinking=enable_thinking)
         want = encode(tokenizer, text[: text.rfind(fmt.eot_text) + len(fmt.eot_text)])
         _compare(tokenizer, final, starts, want, fmt, what + ", then a final answer")

@@ -38,6 +38,12 @@ def register(subparsers: Any) -> None:
     check.add_argument("--through-session", action="store_true",
                        help="play a real run_python episode per task instead of grading the reference directly")
     check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--repeats", type=int, default=3,
+                       help="mbpp / humaneval: grade each reference this many times, each run in a fresh interpreter "
+                            "(its own hash seed); tasks whose outcome differs between runs are reported as flaky "
+                            "(default 3; 1 = once, in the warm pool)")
+    check.add_argument("--reward-includes-shown-test", action="store_true",
+                       help="score the test shown in the prompt too (the write-up's scoring; default: hidden tests only)")
     check.add_argument("--test-timeout-s", type=float, default=None,
                        help="per-test wall-clock limit of the grader, seconds (default: SandboxLimits); the "
                             "job's wall-clock and CPU limits are raised to at least twice this")
@@ -52,11 +58,46 @@ def _reason(report: Any) -> str:
     return f"test {bad.index} {bad.status}{': ' + msg if msg else ''}"
 
 
-def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = False) -> dict[str, Any]:
+def _batch(sandbox: Any, jobs: list) -> list:
+    """Grade `jobs`; a sandbox-side failure (no trustworthy report, e.g. a lost pool worker) is retried, alone."""
+    reports = sandbox.run_tests_batch(jobs) if jobs else []
+    return [grade(sandbox, j) if is_sandbox_failure(r) else r for j, r in zip(jobs, reports, strict=True)]
+
+
+def _signature(report: Any) -> tuple:
+    """What must not change between runs of one reference: the job error, or each test's status."""
+    return (report.error is not None, tuple(o.status for o in report.outcomes))
+
+
+def flaky_tasks(tasks: list[Task], jobs: list, sandbox: Any, repeats: int, first: list) -> list[tuple[str, str]]:
+    """(task id, how) of the tasks whose grading outcome differs between `repeats` runs of the same job.
+
+    `first` holds the reports of run 1; runs 2..repeats are graded here. With a sandbox whose runs are
+    fresh interpreters (`Sandbox(warm_pool=False)`), each run has its own hash seed (`python -I` ignores
+    PYTHONHASHSEED; every interpreter draws a random one), so a test whose outcome depends on set or
+    string-hash order shows up here.
+    """
+    runs = [[_signature(r) for r in first]]
+    runs += [[_signature(r) for r in _batch(sandbox, jobs)] for _ in range(repeats - 1)]
+    out = []
+    for i, task in enumerate(tasks):
+        sigs = [run[i] for run in runs]
+        if len(set(sigs)) > 1:
+            passed = sum(not err and all(s == "pass" for s in st) for err, st in sigs)
+            out.append((task.id, f"outcome differs between fresh processes: all tests passed in {passed} of "
+                                 f"{repeats} runs"))
+    return out
+
+
+def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = False, repeats: int = 1) -> dict[str, Any]:
     """Grade every task's reference in the python-session environment.
 
+    Args:
+        repeats: grade each reference this many times (see `flaky_tasks`); not with `through_session`.
+
     Returns:
-        {"n", "passed_all", "ceiling", "mean_reward", "shown_share", "failures": [(task id, reason)]}.
+        {"n", "passed_all", "ceiling", "mean_reward", "shown_share", "failures": [(task id, reason)],
+        "flaky": [(task id, how)]} (ceiling and rewards from the first run).
         shown_share = reward from tests shown in the prompt / total reward (0 if no reward).
     """
     env = PythonSessionEnv(sandbox=sandbox)
@@ -79,9 +120,8 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
         env.reset(task)
         jobs.append(env.grading_job([task.reference]))
         order.append(task)
-    reports = sandbox.run_tests_batch(jobs) if jobs else []
-    # A sandbox-side failure (no trustworthy report, e.g. a lost pool worker) is retried, alone.
-    reports = [grade(sandbox, j) if is_sandbox_failure(r) else r for j, r in zip(jobs, reports, strict=True)]
+    reports = _batch(sandbox, jobs)
+    flaky = flaky_tasks(order, jobs, sandbox, repeats, reports) if repeats > 1 else []
     for task, report in zip(order, reports, strict=False):
         rewards.append(report.fraction)
         passed = {o.index for o in report.outcomes if o.status == "pass"} if not report.error else set()
@@ -93,7 +133,7 @@ def session_ceiling(tasks: list[Task], sandbox: Any, through_session: bool = Fal
     total = sum(rewards)
     return {"n": n, "passed_all": sum(r == 1.0 for r in rewards), "ceiling": sum(r == 1.0 for r in rewards) / max(n, 1),
             "mean_reward": total / max(n, 1), "shown_share": shown_reward / total if total else 0.0,
-            "failures": sorted(failures, key=lambda f: _id_key(f[0]))}
+            "failures": sorted(failures, key=lambda f: _id_key(f[0])), "flaky": sorted(flaky, key=lambda f: _id_key(f[0]))}
 
 
 def _id_key(task_id: str) -> tuple[str, int]:
@@ -107,6 +147,10 @@ def _print_ceiling(name: str, res: dict[str, Any]) -> None:
           f"share of reward from tests shown in the prompt {res['shown_share']:.3f}")
     for task_id, reason in res["failures"]:
         print(f"  FAIL {task_id}: {reason}")
+    if "flaky" in res:
+        print(f"  flaky (outcome differs between fresh processes): {len(res['flaky'])}")
+    for task_id, how in res.get("flaky", []):
+        print(f"  FLAKY {task_id}: {how}")
     kinds = Counter(reason.split(":")[0] for _, reason in res["failures"])
     if kinds:
         print("  failure kinds: " + ", ".join(f"{k} x{v}" for k, v in kinds.most_common()))
@@ -144,7 +188,11 @@ def main(args: argparse.Namespace) -> int:
         t = args.test_timeout_s
         limits = replace(limits, test_timeout_s=t, timeout_s=max(limits.timeout_s, 2 * t),
                          cpu_s=max(limits.cpu_s, math.ceil(2 * t)))
-    sandbox = Sandbox(limits=limits)
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    # repeated runs need fresh interpreters: forks of one warm-pool worker share its hash seed
+    sandbox = Sandbox(limits=limits, warm_pool=args.repeats == 1)
+    shown = args.reward_includes_shown_test
     t0 = time.perf_counter()
     if args.dataset == "bugfix":
         for env_name, fams in bugfix_check(sandbox, args.limit or 2, args.seed).items():
@@ -152,14 +200,17 @@ def main(args: argparse.Namespace) -> int:
     elif args.dataset == "humaneval":
         from agentrl.tasks.humaneval import load_humaneval
 
-        tasks = load_humaneval(args.data)[: args.limit]
-        _print_ceiling("humaneval", session_ceiling(tasks, sandbox, args.through_session))
+        tasks = load_humaneval(args.data, reward_includes_shown=shown)[: args.limit]
+        _print_ceiling("humaneval", session_ceiling(tasks, sandbox, args.through_session, args.repeats))
     else:
         from agentrl.tasks.mbpp import load_mbpp
 
         splits = ("train", "test") if args.split == "all" else (args.split,)
         for split in splits:
-            tasks = load_mbpp(args.data, split=split)[: args.limit]
-            _print_ceiling(f"mbpp {split}", session_ceiling(tasks, sandbox, args.through_session))
+            tasks = load_mbpp(args.data, split=split, reward_includes_shown=shown)[: args.limit]
+            _print_ceiling(f"mbpp {split}", session_ceiling(tasks, sandbox, args.through_session, args.repeats))
+    if args.dataset != "bugfix":
+        print("reward: " + ("every test, the shown one included (--reward-includes-shown-test)" if shown
+                            else "the tests not shown in the prompt"))
     print(f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     return 0

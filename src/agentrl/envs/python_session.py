@@ -127,7 +127,7 @@ class PythonSessionEnv(ToolEnv):
         assert self.task is not None
         task = self.task
         return hardened_job(self.cells if cells is None else cells, task.module, task.hidden_tests,
-                            task.test_setup, extra_names=(task.entry,))
+                            task.test_setup, extra_names=(task.entry,), reference=task.reference or None)
 
     def _score(self) -> float | None:
         report = grade(self.sandbox, self.grading_job())

@@ -102,7 +102,8 @@ def _mk{g}():
         names = ns.get("__all__")
         if not _isinst(names, (_glist, _tuple)):  # like exec-ing code and tests in one namespace
             names = [k for k in _glist(ns) if not k.startswith("__") and not k.endswith("{g}")]
-        return [n for n in names if _isinst(n, _str)] + ["_guard{g}", "_restore{g}"]
+        return [n for n in names if _isinst(n, _str)] + [
+            n for n in ("_guard{g}", "_restore{g}", "_same{g}", "_order_free{g}") if n in ns]
     return guard, restore, exports
 _guard{g}, _restore{g}, _exports{g} = _mk{g}()
 del _mk{g}
@@ -205,7 +206,8 @@ def _setup_modules(setup: str, tests: tuple[str, ...]) -> list[str]:
 
 
 def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: str = "",
-                 extra_names: tuple[str, ...] = (), timeout_s: float | None = None) -> TestJob:
+                 extra_names: tuple[str, ...] = (), timeout_s: float | None = None,
+                 reference: str | None = None) -> TestJob:
     """A TestJob that grades `tests` against the definitions in `cells`, hardened as described above.
 
     Args:
@@ -214,12 +216,25 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
         tests: the hidden test snippets (each usually one `assert`).
         setup: code run before each test (e.g. MBPP's test_imports).
         extra_names: more names whose calls are wrapped (e.g. the task's entry point).
+        reference: the task's reference solution; with it, a test the candidate fails is graded
+            order-insensitively when its expected order came from set/dict iteration (agentrl.envs.unordered).
     """
+    from agentrl.envs import unordered
+
     g = secrets.token_hex(8)
     code, names = definitions(cells)
     pre = "\n".join(f"import {m}" for m in _setup_modules(setup, tests) if m.isidentifier())
-    source = _PRELUDE.format(g=g, preimports=pre) + code + _EPILOGUE.format(g=g)
-    wrapped = tuple(harden_test(t, names | set(extra_names), f"_guard{g}", f"_restore{g}") for t in tests)
+    prelude = _PRELUDE.format(g=g, preimports=pre)
+    loose: list[str | None] = [None] * len(tests)
+    if reference:
+        extra, loose = unordered.prelude(g, reference, setup, tests)
+        prelude = prelude.replace("# ---- agent code ----\n", extra + "# ---- agent code ----\n")
+    source = prelude + code + _EPILOGUE.format(g=g)
+    guard = lambda t: harden_test(t, names | set(extra_names), f"_guard{g}")  # noqa: E731
+    wrapped = tuple(
+        f"_restore{g}()\n" + (guard(t) if lo is None else unordered.order_free_test(guard(t), guard(lo), i,
+                                                                                  f"_order_free{g}"))
+        for i, (t, lo) in enumerate(zip(tests, loose, strict=True)))
     return TestJob(files={f"{module}.py": source}, module=module, tests=wrapped, setup=setup, timeout_s=timeout_s)
 
 

@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
         "created": {"type": "string"}, "updated": {"type": "string"},
         "seed": {"type": "integer"},
         "wall_clock_s": _NUM,
+        "wall_clock_parts_s": {"type": "array", "items": {"type": "number", "minimum": 0}},
         "error": {"type": ["string", "null"]},
         "config": {"type": "object"},
         "versions": {"type": "object", "required": ["python", "torch", "transformers", "agentrl"],
@@ -77,6 +79,9 @@ RESULTS_SCHEMA: dict[str, Any] = {
                 "properties": {"name": {"type": "string"}, "kwargs": {"type": "object"},
                                "max_observation_chars": {"type": ["integer", "null"]},
                                "end_reasons": {"type": "array", "items": {"type": "string"}}}},
+        "chat_template": {"type": "object", "required": ["name", "sha256", "source"],
+                          "properties": {"name": {"type": "string"}, "sha256": {"type": "string"},
+                                         "source": {"type": "string"}}},
         "noise": {"type": "object"},
     },
 }
@@ -179,6 +184,8 @@ class RunResults:
             "versions": versions(), "steps": [], "evaluations": [], "paired": [], "tool_stats": {},
             "transcripts": [], "tool_schemas": [], "sandbox": {}, "noise": {},
         }
+        self._t0 = time.perf_counter()
+        self.data["wall_clock_parts_s"] = [0.0]
         if write:
             self.write()
 
@@ -215,11 +222,19 @@ class RunResults:
                                if e["step"] <= completed_steps and e["label"] != "after"]
         data["transcripts"] = [t for t in data["transcripts"] if t["kind"] != "heldout_after"]
         data.update(status="running", error=None, paired=[], noise={})
+        # each earlier part of the run (up to its last write; a kill -9 loses only what came after)
+        data["wall_clock_parts_s"] = list(data.get("wall_clock_parts_s") or [data.get("wall_clock_s") or 0.0]) + [0.0]
         obj.data = data
+        obj._t0 = time.perf_counter()
         return obj
 
     def write(self) -> Path:
+        """Rewrite the file atomically; the current part's wall clock is brought up to date first."""
         self.data["updated"] = _now()
+        parts = self.data["wall_clock_parts_s"]
+        parts[-1] = time.perf_counter() - self._t0
+        if self.data["status"] != "running" and self.data["wall_clock_s"] is not None:
+            self.data["wall_clock_s"] = sum(parts)
         return atomic_write_json(self.path, self.data)
 
     def add_step(self, step: int, metrics: dict[str, float | int | None]) -> None:
@@ -274,9 +289,13 @@ class RunResults:
 
     def finish(self, status: str = "completed", *, wall_clock_s: float | None = None,
                error: str | None = None) -> Path:
+        """Set the final status and write. `wall_clock_s`: this part's seconds; the file's `wall_clock_s`
+        is the sum over every part of the run (`wall_clock_parts_s`: one entry per start or --resume)."""
         if status not in STATUSES:
             raise ValueError(f"RunResults.finish: status must be one of {STATUSES}, got {status!r}")
-        self.data.update(status=status, wall_clock_s=wall_clock_s, error=error)
+        if wall_clock_s is not None:
+            self._t0 = time.perf_counter() - float(wall_clock_s)
+        self.data.update(status=status, wall_clock_s=None if wall_clock_s is None else 0.0, error=error)
         return self.write()
 
 

@@ -57,7 +57,11 @@ def set_rng_state(py: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
 
 
 def _save_model(model: nn.Module, path: Path) -> None:
-    if hasattr(model, "save_pretrained"):
+    from agentrl.models.lora import is_lora, save_adapter
+
+    if is_lora(model):  # the adapters only, with the base they belong to
+        save_adapter(model, path)
+    elif hasattr(model, "save_pretrained"):
         model.save_pretrained(path)
     else:
         path.mkdir(parents=True)
@@ -71,7 +75,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
     Args:
         root: checkpoints directory (created if missing).
         step: completed training steps (>= 0); the directory is step_{step:06d}.
-        model: HF model (save_pretrained) or any nn.Module (state_dict.pt).
+        model: HF model (save_pretrained), a peft LoRA model (adapters + agentrl_lora.json), or any
+            nn.Module (state_dict.pt).
         optimizer: its state_dict goes to optimizer.pt.
         extra: JSON-serialisable state of the loop (e.g. task-sampler position), stored in meta.json.
         tokenizer: saved beside the weights (save_pretrained) so `<dir>/model` loads as a model path
@@ -120,6 +125,19 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
     return max(found)[1] if found else None
 
 
+def remove_partial_checkpoints(root: str | os.PathLike) -> list[Path]:
+    """Delete the temporary directories that a kill during `save_checkpoint` leaves under `root`
+    (`.tmp-step_*`; complete checkpoints are never touched). Call only while no run writes there.
+
+    Returns: the removed paths.
+    """
+    root = Path(root)
+    removed = [p for p in root.glob(".tmp-step_*") if p.is_dir()] if root.is_dir() else []
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed
+
+
 def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     *, restore_rng: bool = True) -> dict[str, Any]:
     """Load weights (in place), optimizer state and RNG streams from a checkpoint directory.
@@ -150,6 +168,13 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
 
 
 def _load_model_weights(model: nn.Module, model_dir: Path, device: torch.device) -> None:
+    from agentrl.models.lora import ADAPTER_CONFIG, is_lora, load_adapter_state
+
+    if (model_dir / ADAPTER_CONFIG).is_file():
+        if not is_lora(model):
+            raise ValueError(f"load_checkpoint: {model_dir} holds LoRA adapters; resume with the same --lora-r")
+        load_adapter_state(model, model_dir)
+        return
     sd_path = model_dir / "state_dict.pt"
     if sd_path.is_file():
         state = torch.load(sd_path, map_location=device, weights_only=True)

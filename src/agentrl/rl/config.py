@@ -37,7 +37,8 @@ class RLConfig:
     """
 
     # -- what to train on
-    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, or 'tiny-qwen3' (random tiny Qwen3).")
+    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny Qwen3), or "
+                                  "'smollm2-135m-instruct' (fetched by `agentrl assets fetch smollm2-135m-instruct`).")
     env: str = _f("coding-tools", _env_help())
     tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
@@ -50,6 +51,8 @@ class RLConfig:
     max_observation_chars: int = _f(4000, "Characters of one tool observation the model sees; longer ones keep "
                                           "head and tail around a '[... N characters cut ...]' mark (0 = no cap). "
                                           "Separate from the sandbox's byte cap on captured output.")
+    reward_includes_shown_test: bool = _f(False, "MBPP/HumanEval: also score the example test shown in the prompt "
+                                                 "(the write-up's scoring; default: only the tests not shown).")
     # -- sampling
     group_size: int = _f(8, "Episodes per prompt (G); advantages are computed within each group.")
     prompts_per_step: int = _f(8, "Distinct training tasks per step (B); a step has B*G episodes.")
@@ -62,6 +65,9 @@ class RLConfig:
     top_k: int | None = _f(None, "Top-k sampling: keep the k most likely tokens. Off unless given (leave the flag "
                                  "out; then the sampler distribution equals the trained policy).")
     top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off.")
+    thinking: bool = _f(False, "Thinking mode of templates that have one (Qwen3 enable_thinking): the policy writes "
+                               "its own <think> block each turn, kept in the rows as sampled; --no-thinking "
+                               "(default): the template's empty think block ends the prompt.")
     # -- loss and update
     adv_mode: AdvMode = _f("grpo", "Advantage estimator: grpo | dr_grpo | rloo | none (see agentrl.rl.advantages).")
     clip_low: float = _f(0.2, "PPO clip below: ratio floor 1 - clip_low (for negative advantages).")
@@ -76,6 +82,13 @@ class RLConfig:
     mask_truncated: bool = _f(False, "Give episodes that end out of turns or out of tokens advantage 0 (TRL's "
                                      "mask_truncated_completions; they still count in their group's baseline). "
                                      "Default: they are graded on their final state like any other episode.")
+    lora_r: int = _f(0, "LoRA rank (0 = full fine-tuning): only the adapters train; checkpoints save adapters; the "
+                        "KL reference is the base with adapters off (no second copy).")
+    lora_alpha: float = _f(16.0, "LoRA scale numerator: the adapter update is scaled by lora_alpha / lora_r.")
+    lora_dropout: float = _f(0.0, "Dropout on the LoRA adapters' input (0 = off; the sampler runs in eval mode).")
+    lora_target_modules: str = _f("all-linear", "Modules that get adapters: all-linear (every linear layer but the "
+                                                "LM head) or comma-separated names (q_proj,v_proj).")
+    lora_merge: bool = _f(False, "With lora_r > 0: also write <out>/merged, the adapters merged into a plain model.")
     logprob_chunk_rows: int = _f(1024, "Policy positions per LM-head chunk (bounds the [rows, vocab] logits).")
     # -- asynchronous training and black-box agents (docs/blackbox.md)
     async_rollouts: bool = _f(False, "Collect step k+1's episodes while step k trains (a producer thread and a "
@@ -97,6 +110,9 @@ class RLConfig:
     gradient_checkpointing: bool = _f(False, "Recompute trunk activations in backward (saves memory, costs time).")
     device: str = _f("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
     tokenizer: str = _f("", "Tokenizer path if it is not beside the model (empty = the model's own).")
+    chat_template: str = _f("", "Chat template replacing the model's own, for templates without tool support: a "
+                                "bundled name (chatml-tools) or a .jinja path (empty = the model's own). Saved "
+                                "with checkpoints, so a trained model reloads with it.")
     allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
@@ -122,7 +138,7 @@ class RLConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
         for name in ("steps", "eval_every", "checkpoint_every", "max_edits", "train_size", "eval_size",
-                     "keep_checkpoints", "max_observation_chars"):
+                     "keep_checkpoints", "max_observation_chars", "lora_r"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         if self.adv_mode not in ADV_MODES:
@@ -189,6 +205,10 @@ class RLConfig:
             "weight_decay": (self.weight_decay >= 0, ">= 0"),
             "max_grad_norm": (self.max_grad_norm > 0, "> 0"),
             "alpha": (0.0 < self.alpha < 1.0, "in (0, 1)"),
+            "lora_alpha": (self.lora_alpha > 0, "> 0"),
+            "lora_dropout": (0.0 <= self.lora_dropout < 1.0, "in [0, 1)"),
+            # the fast sampler reads the base weights directly and would sample without the adapters
+            "lora_r": (not (self.lora_r and self.sampler == "fast"), "0 with --sampler fast (LoRA needs --sampler hf)"),
             # the resample matrix is n_boot x tasks: beyond this it costs memory, not precision
             "n_boot": (self.n_boot <= 1_000_000, "at most 1,000,000 resamples"),
         }
@@ -213,15 +233,47 @@ class RLConfig:
 def rlconfig_parser(*, add_help: bool = True) -> Any:
     """A `transformers.HfArgumentParser` with one `--flag` per RLConfig field (help from metadata).
 
-    Booleans get `--flag [true|false]` and `--no_flag`; Literal fields get `choices`; `top_k` takes an int.
+    Booleans get `--flag [true|false]` and `--no_flag` / `--no-flag`; Literal fields get `choices`; `top_k` takes an int.
     For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
     and build the config with `config_from_args(namespace)`.
     """
     from transformers import HfArgumentParser
 
-    return HfArgumentParser(RLConfig, add_help=add_help)
+    parser = HfArgumentParser(RLConfig, add_help=add_help)
+    for f in dataclasses.fields(RLConfig):  # HF adds --no_flag only for flags that default to True
+        if f.default is False:
+            parser.add_argument(f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}", dest=f.name,
+                                action="store_false", help=f"Turn --{f.name} off (the default).")
+    return parser
 
 
 def config_from_args(args: Any) -> RLConfig:
     """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field."""
     return RLConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)})
+
+
+def cli_command(cfg: RLConfig, *, command: str = "train", resume: bool | None = None) -> str:
+    """The `agentrl` command line that reproduces `cfg`: every field that differs from its default, as a flag
+    (shell-quoted), e.g. for the "to resume" hint of an interrupted run.
+
+    Args:
+        resume: override cfg.resume (True appends `--resume`).
+    """
+    import shlex
+
+    values = cfg.to_dict()
+    if resume is not None:
+        values["resume"] = resume
+    default = RLConfig().to_dict()
+    parts = ["agentrl", command]
+    for f in dataclasses.fields(RLConfig):
+        v = values[f.name]
+        if v == default[f.name]:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(v, bool):
+            parts.append(flag if v else f"--no-{f.name.replace('_', '-')}")
+        else:
+            parts += [flag, shlex.quote(str(v))]
+    return " ".join(parts)
+

@@ -75,6 +75,18 @@ def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             "max_observation_chars": kwargs.get("max_observation_chars"), "end_reasons": list(spec.all_end_reasons())}
 
 
+def _with_lora(cfg: RLConfig, model: Any) -> Any:
+    """`model` wrapped in LoRA adapters when cfg.lora_r > 0 (agentrl.models.lora), else unchanged."""
+    if not cfg.lora_r:
+        return model
+    from agentrl.models.lora import apply_lora
+
+    base = Path(cfg.model).expanduser()
+    return apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                      target_modules=cfg.lora_target_modules, seed=cfg.seed,
+                      base=str(base.resolve()) if base.exists() else cfg.model)
+
+
 @contextlib.contextmanager
 def _exclusive(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on `out` for the run (a lock file beside it, so archiving cannot move it).
@@ -125,6 +137,64 @@ def _sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The run's inputs once loaded and checked (before anything in --out is touched)."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+    tool_schemas: list
+
+
+def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
+    """Load the policy and tokenizer and check the chat template against the environment's tools.
+
+    Raises:
+        FileNotFoundError / ValueError: a missing or broken model, a bad tokenizer path, a template that
+            fails the token-in/token-out check (agentrl.chat.tito.TitoMismatch is re-raised as ValueError).
+    """
+    from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
+    from agentrl.envs import make_env
+    from agentrl.rollout.models import load_policy
+
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    try:
+        model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
+                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed,
+                                 chat_template=cfg.chat_template or None)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a broken model folder (corrupt weights, bad config) is bad input
+        raise ValueError(f"--model {cfg.model!r} could not be loaded: {type(e).__name__}: {e}") from e
+    env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
+    try:
+        obs = env.reset(tasks.heldout[0], seed=cfg.seed)
+        if obs.tools:
+            assert_tito_consistent(tok, obs, enable_thinking=cfg.thinking)
+        schemas = env.tools()
+    except TitoMismatch as e:
+        raise ValueError(f"the chat template of {cfg.tokenizer or cfg.model!r} fails the token-in/token-out "
+                         f"check: {e}") from e
+    finally:
+        env.close()
+    return _Inputs(model, tok, device, schemas)
+
+
+def resume_hint(cfg: RLConfig, out: Path) -> str:
+    """How to continue an interrupted or failed run: the command (every non-default setting, then --resume)
+    when a checkpoint exists, else why it cannot be resumed."""
+    from agentrl.rl.checkpoint import latest_checkpoint
+    from agentrl.rl.config import cli_command
+
+    ckpt = latest_checkpoint(out / "checkpoints")
+    if ckpt is None:
+        return ("no checkpoint was saved, so this run cannot be resumed"
+                + ("" if cfg.checkpoint_every else " (pass --checkpoint-every N to save them)"))
+    return f"to resume from {ckpt.name}: {cli_command(cfg, resume=True)}"
 
 
 @dataclass
@@ -186,7 +256,8 @@ class RunSession:
             if cfg.agent:
                 return self._agent_for(model, sampler)(tasks, seed=seed, group_ids=gids, policy_version=policy_version,
                                                        on_progress=on_progress)
-            rcfg = RolloutConfig(sampling=self.sampling_config(), max_context_tokens=cfg.max_context_tokens)
+            rcfg = RolloutConfig(sampling=self.sampling_config(), max_context_tokens=cfg.max_context_tokens,
+                                 enable_thinking=cfg.thinking)
             pairs = [(make_env(cfg.env, **env_kwargs(cfg, self.sandbox)), t) for t in tasks]
             return run_episodes(model, self.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=sampler, group_ids=gids,
                                 policy_version=policy_version, on_progress=on_progress)
@@ -247,6 +318,19 @@ class RunSession:
             prune_checkpoints(self.out / "checkpoints", self.cfg.keep_checkpoints)
         return path
 
+    def export_merged(self) -> Path | None:
+        """With --lora-merge and LoRA: write `<out>/merged` (adapters merged into a plain model, and the
+        tokenizer) and return it; else None."""
+        if not (self.cfg.lora_merge and self.cfg.lora_r):
+            return None
+        from agentrl.models.lora import merged_copy
+
+        path = self.out / "merged"
+        merged_copy(self.model).save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        log.info("merged LoRA model: %s", path)
+        return path
+
     # -- construction -----------------------------------------------------------------------------
     @classmethod
     @contextlib.contextmanager
@@ -270,10 +354,17 @@ class RunSession:
         out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
         resolve_device(cfg.device)
         tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                          randomize=cfg.randomize_names, seed=cfg.seed)
+                          randomize=cfg.randomize_names, seed=cfg.seed,
+                          reward_includes_shown_test=cfg.reward_includes_shown_test)
         if cfg.steps and not tasks.train:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         check_env_fits_tasks(cfg.env, tasks)
+        if cfg.resume:
+            from agentrl.rl.checkpoint import latest_checkpoint
+
+            if latest_checkpoint(out / "checkpoints") is None:
+                raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
+                                 "them with --checkpoint-every N); leave out --resume to start a new run there")
         if cfg.agent:
             from agentrl.rl.backends import check_agent
 
@@ -290,6 +381,12 @@ class RunSession:
         from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.sandbox import Sandbox
 
+        sandbox = Sandbox()
+        try:  # every input is loaded and checked before an earlier run in `out` is touched
+            inputs = _load_inputs(cfg, tasks, sandbox)
+        except BaseException:
+            sandbox.close()
+            raise
         archived = None if cfg.resume else archive_previous(out, "results.json")
         out.mkdir(parents=True, exist_ok=True)
         logger = setup_logging(out / "train.log")
@@ -297,14 +394,14 @@ class RunSession:
             log.info("an earlier run in %s was moved to %s", out, archived)
         log_config(logger, cfg.to_dict())
         log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
-        sandbox = Sandbox()
         sess = None
         try:
-            sess = cls._load(cfg, out, tasks, sandbox)
+            sess = cls._load(cfg, out, tasks, sandbox, inputs)
             if sampler is None and cfg.sampler == "fast":
                 from agentrl.rollout.fast_sampler import fast_sampler_for
 
-                sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch)
+                sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch,
+                                           enable_thinking=cfg.thinking)
                 sess.fast_sampler = True
             sess.sampler = sampler
             with progress(transient=True) as bars:
@@ -317,6 +414,8 @@ class RunSession:
                                     error=f"{type(e).__name__}: {e}")
             log.error("run %s: %s: %s (results: %s)", status, type(e).__name__, e,
                       sess.results_path if sess else "none written")
+            if sess is not None:
+                log.error("%s", resume_hint(cfg, out))
             raise
         finally:
             if sess is not None:
@@ -324,35 +423,32 @@ class RunSession:
             sandbox.close()
 
     @classmethod
-    def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any) -> RunSession:
-        from agentrl.envs import make_env
+    def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs: _Inputs) -> RunSession:
+        from agentrl.chat.bundled import tokenizer_template
         from agentrl.io.results import RunResults
-        from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint
+        from agentrl.models.lora import AdapterOffReference
+        from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
         from agentrl.rl.update import enable_gradient_checkpointing
-        from agentrl.rollout.models import load_policy
 
-        device = resolve_device(cfg.device)
-        torch.manual_seed(cfg.seed)
-        model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
-                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
+        model, tok, device, schemas = inputs.model, inputs.tokenizer, inputs.device, inputs.tool_schemas
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        model = _with_lora(cfg, model)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                weight_decay=cfg.weight_decay)
         ref = None
-        if cfg.kl_coef > 0:
-            ref = copy.deepcopy(model).eval().requires_grad_(False)
+        if cfg.kl_coef > 0:  # LoRA: the policy with its adapters off is the reference (no second copy)
+            ref = AdapterOffReference(model) if cfg.lora_r else copy.deepcopy(model).eval().requires_grad_(False)
         start = 0
         ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+        if cfg.resume and ckpt is None:  # checked in open(); a checkpoint folder removed since is an error too
+            raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'}")
         if ckpt is not None:
+            removed = remove_partial_checkpoints(out / "checkpoints")  # left by a kill mid-write
             start = int(load_checkpoint(ckpt, model, opt)["step"])
-            log.info("resumed from %s at step %d", ckpt, start)
-        elif cfg.resume:
-            log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
+            log.info("resumed from %s at step %d%s", ckpt, start,
+                     f" (removed {len(removed)} partial checkpoint(s))" if removed else "")
         kwargs = env_kwargs(cfg, sandbox)
-        env = make_env(cfg.env, **kwargs)
-        env.reset(tasks.heldout[0], seed=cfg.seed)
-        schemas = env.tools()
-        env.close()
         path = out / "results.json"
         if cfg.resume and path.exists():
             results = RunResults.resume(path, completed_steps=start, config=cfg.to_dict())
@@ -360,8 +456,13 @@ class RunSession:
             results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
         results.set("tool_schemas", schemas)
         results.set("env", env_section(cfg.env, kwargs))
+        results.set("chat_template", tokenizer_template(tok, cfg.chat_template or "model").describe())
+        results.set("model", {"parameters": sum(p.numel() for p in model.parameters()),
+                              "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                              "lora": bool(cfg.lora_r)})
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
-                              "heldout_ids": [t.id for t in tasks.heldout]})
+                              "heldout_ids": [t.id for t in tasks.heldout],
+                              "reward_includes_shown_test": cfg.reward_includes_shown_test})
         return cls(cfg=cfg, out=out, model=model, tokenizer=tok, optimizer=opt, sandbox=sandbox, tasks=tasks,
                    results=results, device=device, start_step=start, ref_model=ref)

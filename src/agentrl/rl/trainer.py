@@ -221,6 +221,7 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
         if len(sess.results.data["steps"]) >= 3:
             sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
+        sess.export_merged()
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         _plots(sess)
         return sess.results_path

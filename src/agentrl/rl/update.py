@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
@@ -34,7 +35,8 @@ def accumulate_gradients(
         batch: the minibatch (any N rows).
         cfg: needs micro, clip_low, clip_high, kl_coef, temperature, logprob_chunk_rows.
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
-        ref_model: frozen reference, required when cfg.kl_coef > 0.
+        ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
+            agentrl.models.lora.AdapterOffReference of `model`.
 
     Returns:
         stats: loss (the minibatch loss = sum of microbatch losses), token-weighted means of the
@@ -53,8 +55,8 @@ def accumulate_gradients(
                                     chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
         ref_logp = None
         if ref_model is not None and kl_on:
-            with torch.no_grad():
-                ref_logp, _ = policy_logprobs(ref_model, mb.input_ids, mb.attention_mask, mb.policy_mask,
+            with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
+                ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
                                               chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
         loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
                                clip_high=cfg.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,

@@ -21,15 +21,18 @@ class SmokeConfig:
     Attributes:
         model: "tiny-qwen3", a local folder, or an HF id in the local cache.
         tokenizer: tokenizer folder (default: the model's; tiny-qwen3: asset "qwen3-tokenizer").
+        chat_template: replace the model's template (bundled name "chatml-tools" or a path; agentrl.chat.bundled).
         env: environment name (agentrl.envs.make_env).
         episodes: held-out episodes to run.
         max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
         dtype / device: model placement; allow_download: let HF fetch missing files.
         show: transcripts to print; seed: tasks, names, sampling.
+        thinking: template thinking mode (Qwen3 enable_thinking: the policy writes its own think block).
     """
 
     model: str = "tiny-qwen3"
     tokenizer: str | None = None
+    chat_template: str | None = None
     env: str = "coding-tools"
     episodes: int = 8
     max_turns: int = 3
@@ -41,14 +44,17 @@ class SmokeConfig:
     allow_download: bool = False
     show: int = 2
     seed: int = 0
+    thinking: bool = False
 
 
 def register(subparsers: Any) -> None:
     """Add `smoke` to the agentrl command line."""
     p = subparsers.add_parser("smoke", help="check template and tools, run a few held-out episodes, print transcripts")
     d = SmokeConfig()
-    p.add_argument("--model", default=d.model, help="tiny-qwen3 | local folder | HF id in the local cache")
+    p.add_argument("--model", default=d.model, help="tiny-qwen3 | smollm2-135m-instruct (agentrl assets fetch) | local folder | HF id in the local cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
+    p.add_argument("--chat-template", default=d.chat_template,
+                   help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path")
     p.add_argument("--env", default=d.env, help="environment name (default coding-tools)")
     from agentrl.cli_checks import positive_int
 
@@ -58,6 +64,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default=d.device)
     p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
+                   help="template thinking mode: the policy writes its own <think> block (default: off)")
     p.set_defaults(func=main)
 
 
@@ -109,15 +117,16 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     if cfg.episodes < 1:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
-    model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer)
+    model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer,
+                             chat_template=cfg.chat_template)
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
-    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed))
+    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.thinking)
     env_check = check_env(env0, task0, seed=cfg.seed)
     t1 = time.perf_counter()
     rcfg = RolloutConfig(
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
-        max_context_tokens=cfg.max_context_tokens,
+        max_context_tokens=cfg.max_context_tokens, enable_thinking=cfg.thinking,
     )
     trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)
     rollout_s = time.perf_counter() - t1
@@ -125,7 +134,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     return {
         "trajectories": trajs,
         "template_check": f"ok (end-of-turn {tok.convert_ids_to_tokens(list(fmt.eot_ids))}, think stub "
-        f"{tok.decode(list(fmt.stub_ids))!r})",
+        f"{tok.decode(list(fmt.stub_ids))!r}, thinking {'on' if cfg.thinking else 'off'})",
         "env_check": env_check,
         "end_reasons": dict(Counter(t.end_reason for t in trajs)),
         "mean_reward": sum(t.reward for t in trajs if t.reward is not None) / max(1, sum(t.scorable for t in trajs)),

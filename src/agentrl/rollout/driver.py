@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.chat.parse import parse_tool_calls
+from agentrl.chat.parse import parse_tool_calls, split_reasoning
 from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TurnFormat, assert_tito_consistent, observation_ids, turn_format
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall
-from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
+from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns, stop_token_ids
 from agentrl.rollout.trajectory import Trajectory, Turn
 from agentrl.tasks.task import Task
 
@@ -106,17 +106,27 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
         return e
 
 
-def _turn_text(tokenizer: Any, sample: Sample, fmt: TurnFormat) -> str:
+def _turn_text(tokenizer: Any, sample: Sample, fmt: TurnFormat, stops: tuple[int, ...]) -> str:
+    """The turn's text without the id that ended it (end-of-turn, or another end-of-sequence id)."""
     ids = list(sample.ids)
     if not sample.hit_token_limit and tuple(ids[-len(fmt.eot_ids) :]) == fmt.eot_ids:
         ids = ids[: -len(fmt.eot_ids)]
+    elif not sample.hit_token_limit and ids and ids[-1] in stops:
+        ids = ids[:-1]
     return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _needs_turn_end(sample: Sample, fmt: TurnFormat) -> bool:
+    """The turn did not close with the template's end-of-turn token (cut at the token limit, or ended by
+    another end-of-sequence id): the observation after it then starts with that token (mask 0)."""
+    return sample.hit_token_limit or tuple(sample.ids[-len(fmt.eot_ids) :]) != fmt.eot_ids
 
 
 class _Driver:
     def __init__(self, policy: Any, tokenizer: Any, cfg: RolloutConfig, sampler: SampleFn | None = None):
         self.policy, self.tok, self.cfg, self.sampler = policy, tokenizer, cfg, sampler
         self.fmt = turn_format(tokenizer, enable_thinking=cfg.enable_thinking)
+        self.stops = stop_token_ids(policy, tokenizer, self.fmt.eot_ids)
         self.checked: set[str] = set()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.fmt.eot_ids[0]
         self.errors = _ErrorLog()
@@ -146,17 +156,18 @@ class _Driver:
         if self.sampler is not None:
             return self.sampler([e.context for e in live], budgets)
         return sample_turns(
-            self.policy, [e.context for e in live], stop_ids=self.fmt.eot_ids[:1], pad_id=self.pad_id,
+            self.policy, [e.context for e in live], stop_ids=self.stops, pad_id=self.pad_id,
             cfg=self.cfg.sampling, max_new_tokens=budgets,
         )
 
     def parse(self, ep: _Episode, sample: Sample):
-        """(turn text, parsed calls, final text). The environment checks the calls against its schemas.
-        A parser failure never ends the run: the turn becomes one malformed "parser_error" call, so the
-        env answers it like any other malformed call."""
-        text = _turn_text(self.tok, sample, self.fmt)
+        """(turn text, parsed calls, final text), both read after any think block the turn opens with
+        (`split_reasoning`). The environment checks the calls against its schemas. A parser failure never
+        ends the run: the turn becomes one malformed "parser_error" call, so the env answers it like any
+        other malformed call."""
+        text = _turn_text(self.tok, sample, self.fmt, self.stops)
         try:
-            calls, final = parse_tool_calls(text, hit_token_limit=sample.hit_token_limit)
+            calls, final = parse_tool_calls(split_reasoning(text)[1], hit_token_limit=sample.hit_token_limit)
             return text, calls, final
         except Exception as e:  # noqa: BLE001 - a parser bug on model output is recorded, never a crash
             why = f"parser_error: {type(e).__name__}: {str(e)[:200]}"
@@ -199,7 +210,7 @@ class _Driver:
             self.errors(ep, "step", why)
             return
         results = res.results
-        obs = observation_ids(results, self.tok, tools=ep.obs.tools, hit_token_limit=s.hit_token_limit,
+        obs = observation_ids(results, self.tok, tools=ep.obs.tools, hit_token_limit=_needs_turn_end(s, self.fmt),
                               enable_thinking=self.cfg.enable_thinking, fmt=self.fmt)
         if res.done:
             ep.end(res)

@@ -123,7 +123,8 @@ class FastSampler:
 
     Args:
         model: HF Qwen3 / Qwen2 / Llama causal LM on its device (any float dtype), in eval mode.
-        stop_ids: end-of-turn id(s); a row stops after the first one sampled (kept in `ids`). May be empty.
+        stop_ids: ids that end a turn (end-of-turn and end-of-sequence ids, see `stop_token_ids`); a row
+            stops after the first one sampled (kept in `ids`; the turn is finished, not truncated). May be empty.
         pad_id: id fed for left padding (never attended to).
         cfg: temperature / top_k / top_p / max_new_tokens as in SamplingConfig (default SamplingConfig());
             `gen_batch` is not used here (see max_batch).
@@ -387,12 +388,14 @@ class FastSampler:
 
 def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig | None = None, *,
                      enable_thinking: bool = False, **kwargs: Any) -> FastSampler:
-    """A FastSampler with the driver's stop id (the template's end-of-turn token) and pad id.
+    """A FastSampler with the driver's stop ids (`stop_token_ids`: the template's end-of-turn token and every
+    end-of-sequence id of the model) and pad id.
 
     kwargs go to FastSampler (max_batch, use_cuda_graphs, ...). Raises as FastSampler does.
     """
     from agentrl.chat.tito import turn_format
+    from agentrl.rollout.sampler import stop_token_ids
 
     fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fmt.eot_ids[0]
-    return FastSampler(model, stop_ids=fmt.eot_ids[:1], pad_id=pad, cfg=cfg, **kwargs)
+    return FastSampler(model, stop_ids=stop_token_ids(model, tokenizer, fmt.eot_ids), pad_id=pad, cfg=cfg, **kwargs)

@@ -133,30 +133,45 @@ def load_policy(
     *,
     tokenizer_path: str | os.PathLike | None = None,
     seed: int = 0,
+    chat_template: str | None = None,
 ) -> tuple[Any, Any]:
     """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
 
     Args:
-        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a folder with config + weights, an agentrl
-            checkpoint folder (`.../checkpoints/step_N`: its `model/` is loaded), or a hub id ("Qwen/Qwen3-0.6B").
+        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a fetched pretrained model
+            ("smollm2-135m-instruct": its folder in the agentrl model cache, agentrl.models.pretrained), a
+            folder with config + weights, an agentrl checkpoint folder (`.../checkpoints/step_N`: its
+            `model/` is loaded), a folder of LoRA adapters (its base is loaded and the adapters merged
+            in), or a hub id ("Qwen/Qwen3-0.6B").
         dtype: "float32" (default: the sampler's and trainer's log-probs agree), "bfloat16", "float16".
         device: torch device string.
         allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
         tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3", the asset
             "qwen3-tokenizer", resolved as in agentrl.paths).
         seed: weight seed for presets (random init).
+        chat_template: replace the tokenizer's template (a bundled name such as "chatml-tools", or a path;
+            agentrl.chat.bundled); saving the tokenizer then saves it too.
 
     Returns:
         (model in eval mode on `device`, tokenizer with `padding_side="left"`).
 
     Raises:
-        FileNotFoundError: model or tokenizer not found (message names the path and the cache rule).
+        FileNotFoundError: model or tokenizer not found (message names the path and the cache rule, or
+            how to fetch a pretrained model).
         ValueError: bad dtype, or the tokenizer has no chat template.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
+    from agentrl.models.lora import is_adapter_dir
+    from agentrl.models.pretrained import PRETRAINED, resolve_pretrained
+
     torch_dtype = _torch_dtype(dtype)
+    if str(name_or_path) in PRETRAINED:
+        name_or_path = resolve_pretrained(str(name_or_path))
+    if is_adapter_dir(resolve_model_dir(name_or_path)):
+        return _load_adapter_policy(Path(resolve_model_dir(name_or_path)), dtype, device, allow_download,
+                                    tokenizer_path=tokenizer_path, chat_template=chat_template)
     if str(name_or_path) in PRESET_OVERRIDES:
         tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
         with torch.random.fork_rng(devices=[]):
@@ -181,4 +196,25 @@ def load_policy(
         except OSError as e:
             hint = "" if allow_download else " (local files only: put it in the HF cache or pass --allow-download)"
             raise FileNotFoundError(f"could not load model {str(name_or_path)!r}{hint}: {e}") from e
+    if chat_template:
+        from agentrl.chat.bundled import apply_chat_template
+
+        apply_chat_template(tok, chat_template)
+    return model.to(device).eval(), tok
+
+
+def _load_adapter_policy(folder: Path, dtype: str, device: str, allow_download: bool, *,
+                         tokenizer_path: Any, chat_template: str | None) -> tuple[Any, Any]:
+    """A LoRA adapter folder (agentrl.models.lora.save_adapter): its base with the adapters merged in, and the
+    tokenizer saved beside the adapters (so its chat template too)."""
+    from agentrl.models.lora import adapter_base, load_adapter_into
+
+    base, seed = adapter_base(folder)
+    model, _ = load_policy(base, "float32", device, allow_download, seed=seed)
+    model = load_adapter_into(model, folder).to(_torch_dtype(dtype))
+    tok = load_tokenizer(tokenizer_path or folder, allow_download=allow_download)
+    if chat_template:
+        from agentrl.chat.bundled import apply_chat_template
+
+        apply_chat_template(tok, chat_template)
     return model.to(device).eval(), tok

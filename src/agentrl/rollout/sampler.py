@@ -60,6 +60,30 @@ class Sample:
     hit_token_limit: bool
 
 
+def _ids(value: Any) -> list[int]:
+    """An `eos_token_id` field (None, an int, or a list of ints) as a list of ints."""
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def stop_token_ids(model: Any, tokenizer: Any, turn_end_ids: tuple[int, ...] | list[int] = ()) -> tuple[int, ...]:
+    """Every id that ends a sampled turn: the template's end-of-turn id first, then each id of the model's
+    `generation_config.eos_token_id` (Qwen3 ships `[<|im_end|>, <|endoftext|>]`; an int or a list), then
+    the tokenizer's `eos_token_id`; duplicates dropped, order kept.
+
+    A turn that samples any of them is finished (not truncated); HF `generate` and vLLM stop on the
+    whole list too. `model` may be None (an external sampler): the tokenizer's ids are used then.
+
+    Returns:
+        tuple[int, ...], never empty when `turn_end_ids` is not.
+    """
+    gen = getattr(model, "generation_config", None)
+    ids = list(turn_end_ids[:1]) + _ids(getattr(gen, "eos_token_id", None))
+    ids += _ids(getattr(tokenizer, "eos_token_id", None))
+    return tuple(dict.fromkeys(ids))
+
+
 def sampling_warpers(cfg: SamplingConfig) -> LogitsProcessorList:
     """HF's temperature / top-k / top-p warpers for `cfg` (empty when sampling the policy as is)."""
     warpers = []
@@ -181,12 +205,14 @@ def sample_turns(
     Args:
         model: an HF causal LM (any dtype/device).
         contexts: B token-id lists (prompt + everything so far), unpadded; left-padded here.
-        stop_ids: end-of-turn token id(s); a turn ends after the first one sampled (it is kept).
+        stop_ids: ids that end a turn (`stop_token_ids`: the end-of-turn token and every end-of-sequence id);
+            a turn ends after the first one sampled (it is kept, and the turn is not `hit_token_limit`).
         pad_id: pad token id (masked out; never attended to).
         max_new_tokens: per-context token budgets (default `cfg.max_new_tokens` each; each >= 1).
 
     Returns:
-        B `Sample`s, in the order of `contexts`.
+        B `Sample`s, in the order of `contexts`; each holds only sampled ids (the padding `generate` writes
+        after a row's stop token or budget is cut off).
     """
     budgets = max_new_tokens or [cfg.max_new_tokens] * len(contexts)
     if len(budgets) != len(contexts) or min(budgets, default=1) < 1 or any(not c for c in contexts):

@@ -41,13 +41,36 @@ def _prctl(option, arg):
 
 
 _ENV_KEYS = ("PATH", "HOME", "LANG")
+# Set in every child, so a run's output depends on neither the host's core count nor its installed
+# packages (the interpreter runs -I -S -B, so PYTHON* variables would be ignored): pytest loads no third-party plugin from the site dir it imports from (entry-point
+# autoloading off; a plugin that imports numpy would start one BLAS thread per host core, and under
+# the process limit each failed start prints "pthread_create failed"), threaded native libraries run
+# one thread, and the terminal width is fixed.
+HERMETIC_ENV = {
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "BLIS_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "NUMEXPR_MAX_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "COLUMNS": "80",
+    "NO_COLOR": "1",
+}
 
 
 def drop_privileges(uid):
-    """Become `uid` (group `uid`, no supplementary groups) if we are root; no new privileges."""
-    for key in list(os.environ):  # bwrap adds PWD; the child sees only PATH, HOME and LANG
+    """Become `uid` (group `uid`, no supplementary groups) if we are root; no new privileges.
+
+    The environment is reduced to PATH, HOME and LANG, plus HERMETIC_ENV.
+    """
+    for key in list(os.environ):  # bwrap adds PWD; the child sees only PATH, HOME, LANG and HERMETIC_ENV
         if key not in _ENV_KEYS:
             del os.environ[key]
+    os.environ.update(HERMETIC_ENV)
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     if uid is not None and os.geteuid() == 0:
         os.setgroups([])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from agentrl.sandbox._child import HERMETIC_ENV
 from agentrl.sandbox.api import SandboxLimits
 from agentrl.sandbox.process import Backend
 
@@ -27,7 +28,8 @@ def describe(backend: Backend, limits: SandboxLimits, pooled: bool) -> dict:
     bwrap = backend.name == "bwrap"
     root = os.geteuid() == 0
     holds = [
-        "code runs in a separate process: python -I -S -B, environment of only PATH, HOME (work dir), LANG",
+        "code runs in a separate process: python -I -S -B, environment of only PATH, HOME (work dir), LANG "
+        "and fixed settings (no pytest plugin autoloading, single-threaded native libraries: 'environment')",
         "rlimits set in the child before repository code: CPU, address space, file size, processes, no core",
         "wall-clock timeout kills the whole process group (and, under bwrap, the PID namespace)",
         "output captured and capped per stream with a visible truncation mark",
@@ -55,6 +57,7 @@ def describe(backend: Backend, limits: SandboxLimits, pooled: bool) -> dict:
         "caller_is_root": root,
         "child_uid": "dedicated unprivileged uid per worker/run" if backend.drop_uid else "caller's uid",
         "python": backend.python,
+        "environment": dict(HERMETIC_ENV),
         "protected": holds,
         "not_protected": gaps,
         "notes": list(backend.notes),

@@ -26,7 +26,9 @@ class SFTRunConfig:
 
     Attributes:
         env: environment whose scripted expert plays the episodes (agentrl.envs.ENV_NAMES).
-        model / tokenizer: a preset ("tiny-qwen3", "small-qwen3"), a folder, or an HF id in the cache.
+        model / tokenizer: a preset ("tiny-qwen3", "small-qwen3"), a fetched model ("smollm2-135m-instruct"),
+            a folder, or an HF id in the cache.
+        chat_template: replace the model's template (bundled "chatml-tools" or a path); saved with the output.
         n_tasks / families / split: bug-fix tasks to play (agentrl.tasks.make_tasks; names randomized).
         random_op: the expert follows the procedure but picks the edit op at random from the menu.
         max_turns: environment turn limit (None: its default).
@@ -34,11 +36,16 @@ class SFTRunConfig:
         save_jsonl: also write the training trajectories here.
         out: output folder; device: "auto" (cuda if available) or a torch device; dtype: float32 | bfloat16
             (bfloat16 = autocast with fp32 master weights); gradient_checkpointing: activation checkpointing.
+        thinking: template thinking mode (Qwen3 enable_thinking), as `agentrl train --thinking` samples: each
+            expert turn is the template's own rendering of it as a thinking-mode turn.
+        lora_r / lora_alpha / lora_dropout / lora_target_modules: LoRA adapters (r > 0; agentrl.models.lora):
+            only they train and --out holds them (it loads as --model); lora_merge: also <out>/merged.
     """
 
     env: str = "edit-menu"
     model: str = "tiny-qwen3"
     tokenizer: str | None = None
+    chat_template: str | None = None
     n_tasks: int = 200
     families: str | None = None
     split: str = "train"
@@ -50,6 +57,12 @@ class SFTRunConfig:
     device: str = "auto"
     dtype: str = "float32"
     gradient_checkpointing: bool = False
+    thinking: bool = False
+    lora_r: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+    lora_merge: bool = False
 
 
 def register(subparsers: Any) -> None:
@@ -57,8 +70,11 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("sft", help="supervised warm start on expert trajectories (or a JSONL file)")
     d, s = SFTRunConfig(), SFTConfig()
     p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
-    p.add_argument("--model", default=d.model, help="tiny-qwen3 | small-qwen3 | local folder | HF id in the cache")
+    p.add_argument("--model", default=d.model, help="tiny-qwen3 | small-qwen3 | smollm2-135m-instruct (agentrl assets fetch) | local folder | HF id in the cache")
     p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
+    p.add_argument("--chat-template", default=d.chat_template,
+                   help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path; "
+                        "saved with the output model")
     p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
     p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
     p.add_argument("--split", default=d.split, choices=("train", "heldout"))
@@ -70,6 +86,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default=d.dtype, choices=("float32", "fp32", "bfloat16", "bf16"))
     p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
+                   help="template thinking mode, as train --thinking (default: off)")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
+    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
+    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
+    p.add_argument("--lora-target-modules", default=d.lora_target_modules,
+                   help="all-linear (every linear layer but the LM head) or comma-separated module names")
+    p.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
@@ -99,7 +123,7 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
     from agentrl.sft.data import expert_trajectories, load_trajectories
 
     if run.from_jsonl:
-        return load_trajectories(run.from_jsonl, tok)
+        return load_trajectories(run.from_jsonl, tok, enable_thinking=run.thinking)
     from agentrl.sandbox import Sandbox
     from agentrl.tasks import make_tasks, randomize_names
 
@@ -107,7 +131,7 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
     rng = random.Random(cfg.seed)
     tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
-                               max_turns=run.max_turns)
+                               max_turns=run.max_turns, enable_thinking=run.thinking)
 
 
 def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
@@ -119,6 +143,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     Raises:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
     """
+    from agentrl.chat.bundled import tokenizer_template
     from agentrl.cli_checks import archive_previous, prepare_output_dir
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
@@ -131,19 +156,21 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
     if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():
         raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
+    t0 = time.perf_counter()
+    device = _device(run.device)
+    # Every input (model, tokenizer, its template, the data) is loaded and checked before an earlier
+    # output in --out is moved aside. fp32 master weights always; bfloat16 means autocast.
+    model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed,
+                             chat_template=run.chat_template)
+    trajs = _trajectories(run, cfg, tok)
+    if not trajs:
+        raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
+    data_s = time.perf_counter() - t0
     archived = archive_previous(run.out, "sft_summary.json")  # never overwrite an earlier SFT model
     out = prepare_output_dir(run.out, "--out")
     setup_logging(out / "sft.log")
     if archived:
         logging.getLogger("agentrl.sft").info("an earlier SFT output in %s was moved to %s", out, archived)
-    t0 = time.perf_counter()
-    device = _device(run.device)
-    # fp32 master weights always; bfloat16 means autocast (SFTConfig.autocast_bf16).
-    model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed)
-    trajs = _trajectories(run, cfg, tok)
-    if not trajs:
-        raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
-    data_s = time.perf_counter() - t0
     if run.save_jsonl:
         save_trajectories(trajs, run.save_jsonl)
     rewards = [t.reward for t in trajs if t.reward is not None]
@@ -151,15 +178,23 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
              sum(rewards) / max(len(rewards), 1), len(rewards), sum(t.num_policy_tokens for t in trajs))
     if run.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if run.lora_r:
+        from agentrl.models.lora import apply_lora
+
+        base = Path(run.model).expanduser()
+        model = apply_lora(model, r=run.lora_r, alpha=run.lora_alpha, dropout=run.lora_dropout,
+                           target_modules=run.lora_target_modules, seed=cfg.seed,
+                           base=str(base.resolve()) if base.exists() else run.model)
     pad = tok.pad_token_id
     nll_before = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
     metrics = sft(model, trajs, cfg, pad_id=pad, on_step=lambda r: log.info(
         "step %d epoch %d loss %.4f grad_norm %.3f lr %.2e", r["step"], r["epoch"], r["loss"], r["grad_norm"], r["lr"]))
     nll_after = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
     log.info("policy NLL %.4f -> %.4f nats/token", nll_before, nll_after)
-    save_policy(model, tok, out)
+    save_policy(model, tok, out, merged=run.lora_merge)
     summary = {
         "run": asdict(run), "sft": asdict(cfg), "device": device, "versions": versions(),
+        "chat_template": tokenizer_template(tok, run.chat_template or "model").describe(),
         "data": {"trajectories": len(trajs), "mean_reward": sum(rewards) / len(rewards),
                  "data_wall_clock_s": data_s},
         "nll_before": nll_before, "nll_after": nll_after, **metrics.to_dict(),

@@ -56,14 +56,16 @@ class _ExpertSampler:
 
 
 def _expert_turn_ids(tok: Any, obs, turns: list[list[ToolCall]], fmt: TurnFormat,
-                     final_answer: str) -> list[list[int]]:
+                     final_answer: str, enable_thinking: bool = False) -> list[list[int]]:
     """Template ids of each expert turn, plus a final-answer turn (used only if the env is still running)."""
     history = observation_messages(obs)
     msgs = [assistant_message(calls) for calls in turns] + [assistant_message(content=final_answer)]
-    return [assistant_turn_ids(tok, history, m, tools=obs.tools, fmt=fmt) for m in msgs]
+    return [assistant_turn_ids(tok, history, m, tools=obs.tools, fmt=fmt, enable_thinking=enable_thinking)
+            for m in msgs]
 
 
-def check_trajectory_rendering(tokenizer: Any, traj: Trajectory, obs, *, fmt: TurnFormat | None = None) -> None:
+def check_trajectory_rendering(tokenizer: Any, traj: Trajectory, obs, *, fmt: TurnFormat | None = None,
+                               enable_thinking: bool = False) -> None:
     """Assert prompt + completion ids of `traj` equal the template's rendering of its conversation.
 
     The conversation is rebuilt from the trajectory's turns: each turn's parsed calls as structured
@@ -83,7 +85,7 @@ def check_trajectory_rendering(tokenizer: Any, traj: Trajectory, obs, *, fmt: Tu
         if i + 1 < len(traj.turns):
             msgs += tool_messages(turn.results)
     assert_conversation_ids(tokenizer, msgs, obs.tools, list(traj.prompt_ids) + list(traj.completion_ids),
-                            starts, fmt=fmt, what=f"expert trajectory {traj.task_id}")
+                            starts, fmt=fmt, enable_thinking=enable_thinking, what=f"expert trajectory {traj.task_id}")
 
 
 def _check_turn_calls(traj: Trajectory, turns: list[list[ToolCall]]) -> None:
@@ -108,6 +110,7 @@ def expert_trajectories(
     max_context_tokens: int = 8192,
     final_answer: str = FINAL_ANSWER,
     check: bool = True,
+    enable_thinking: bool = False,
 ) -> list[Trajectory]:
     """Play the scripted expert (agentrl.envs.expert_turns) on each task through a real environment.
 
@@ -124,6 +127,7 @@ def expert_trajectories(
             as a sampler's would be, and the trajectory is then not rendering-checked).
         final_answer: the expert's closing message when the environment is still running after its turns.
         check: assert each trajectory's ids equal the template's rendering of the conversation.
+        enable_thinking: template thinking mode (each turn as the template renders a thinking-mode turn).
 
     Returns:
         One Trajectory per task: policy mask 1 exactly on the expert's turn ids, 0 on observations;
@@ -140,21 +144,21 @@ def expert_trajectories(
     from agentrl.rollout.driver import RolloutConfig, run_episodes
     from agentrl.rollout.sampler import SamplingConfig
 
-    fmt = turn_format(tokenizer)
+    fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
     cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
-                        max_context_tokens=max_context_tokens, tool_workers=1)
+                        max_context_tokens=max_context_tokens, tool_workers=1, enable_thinking=enable_thinking)
     kwargs = {"sandbox": sandbox} | ({"max_turns": max_turns} if max_turns is not None else {})
     out = []
     for i, task in enumerate(tasks):
         env = make_env(env_name, **kwargs)
         turns = expert_turns(env_name, task, random.Random(seed + i), random_op=random_op)
         obs = env.reset(task)  # the driver resets again (same seed) before playing; this reads the prompt
-        sampler = _ExpertSampler(_expert_turn_ids(tokenizer, obs, turns, fmt, final_answer))
+        sampler = _ExpertSampler(_expert_turn_ids(tokenizer, obs, turns, fmt, final_answer, enable_thinking))
         traj = run_episodes(None, tokenizer, [(env, task)], cfg=replace(cfg, check_template=(i == 0)),
                             sampler=sampler)[0]
         _check_turn_calls(traj, turns)
         if check:
-            check_trajectory_rendering(tokenizer, traj, obs, fmt=fmt)
+            check_trajectory_rendering(tokenizer, traj, obs, fmt=fmt, enable_thinking=enable_thinking)
         out.append(replace(traj, group_id=i, meta={**traj.meta, "source": "expert", "random_op": random_op}))
     return out
 
@@ -282,7 +286,8 @@ def messages_trajectory(
                       meta={"source": "messages"})
 
 
-def load_trajectories(path: str | os.PathLike, tokenizer: Any = None) -> list[Trajectory]:
+def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_thinking: bool = False
+                      ) -> list[Trajectory]:
     """Read a JSONL file of token-level records, or of chat records `{"messages", "tools"}` (needs `tokenizer`).
 
     Blank lines are skipped; each line may be either kind.
@@ -308,7 +313,7 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None) -> list[Tr
             if isinstance(rec, dict) and "messages" in rec:
                 if tokenizer is None:
                     raise ValueError(f"{where}: a chat-messages record needs a tokenizer to render it")
-                traj = messages_trajectory(rec, tokenizer, where)
+                traj = messages_trajectory(rec, tokenizer, where, enable_thinking=enable_thinking)
             else:
                 traj = trajectory_from_record(rec, where)
             out.append(Trajectory(**{**traj.__dict__, "group_id": len(out)}))

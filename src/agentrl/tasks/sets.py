@@ -51,7 +51,7 @@ def _cap(tasks: list[Task], n: int) -> list[Task]:
 
 
 def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families: str = "",
-              randomize: bool = True, seed: int = 0) -> TaskSets:
+              randomize: bool = True, seed: int = 0, reward_includes_shown_test: bool = False) -> TaskSets:
     """Build the train and held-out sets for `source`.
 
     Args:
@@ -62,6 +62,8 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
         randomize: rename functions (bug-fix tasks only; dataset tasks keep their names, which the
             tests call).
         seed: generation and renaming seed.
+        reward_includes_shown_test: mbpp / humaneval: also score the test shown in the prompt (default: the
+            reward counts only the tests the model was not shown).
 
     Raises:
         ValueError: unknown source or family, families given for a dataset, an empty set.
@@ -75,12 +77,14 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
     elif source == "mbpp":
         from agentrl.tasks.mbpp import load_mbpp
 
-        train = _cap(load_mbpp(split="train"), train_size)
-        held = _cap(load_mbpp(split="test"), eval_size or DEFAULT_EVAL_SIZE["mbpp"])
+        shown = reward_includes_shown_test
+        train = _cap(load_mbpp(split="train", reward_includes_shown=shown), train_size)
+        held = _cap(load_mbpp(split="test", reward_includes_shown=shown), eval_size or DEFAULT_EVAL_SIZE["mbpp"])
     elif source == "humaneval":
         from agentrl.tasks.humaneval import load_humaneval
 
-        train, held = [], _cap(load_humaneval(), eval_size or DEFAULT_EVAL_SIZE["humaneval"])
+        held = load_humaneval(reward_includes_shown=reward_includes_shown_test)
+        train, held = [], _cap(held, eval_size or DEFAULT_EVAL_SIZE["humaneval"])
     elif source == "wordle":
         from agentrl.tasks.words import wordle_tasks
 
