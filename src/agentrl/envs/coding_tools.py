@@ -99,21 +99,32 @@ class CodingToolsEnv(SourceGradedEnv):
 
     def _specs(self) -> list[ToolSpec]:
         path = {"type": "string", "description": "Absolute path of the file, e.g. /repo/name.py."}
+        text = {"type": "string"}
         return [
-            ToolSpec("Read", "Read a file; lines come numbered. offset: first line (1-based); limit: line count.",
-                     object_schema({"file_path": path, "offset": {"type": "integer", "minimum": 1},
-                                    "limit": {"type": "integer", "minimum": 1}}, ("file_path",)), self._tool_read),
+            ToolSpec("Read", "Read a file; lines come numbered.",
+                     object_schema({"file_path": path,
+                                    "offset": {"type": "integer", "description": "First line to read, 1-based."},
+                                    "limit": {"type": "integer", "description": "How many lines to read."}},
+                                   ("file_path",)),
+                     self._tool_read, constraints={"offset": {"minimum": 1}, "limit": {"minimum": 1}}),
             ToolSpec("Edit", "Replace old_string by new_string in a file you have read. old_string must occur "
                      "exactly once unless replace_all is true.",
-                     object_schema({"file_path": path, "old_string": {"type": "string"},
-                                    "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}},
+                     object_schema({"file_path": path,
+                                    "old_string": {**text, "description": "The exact text to replace."},
+                                    "new_string": {**text, "description": "The text to put in its place."},
+                                    "replace_all": {"type": "boolean",
+                                                    "description": "Replace every occurrence (default false)."}},
                                    ("file_path", "old_string", "new_string")), self._tool_edit),
             ToolSpec("Write", "Write a whole file (creates it, or overwrites a file you have read).",
-                     object_schema({"file_path": path, "content": {"type": "string"}}, ("file_path", "content")),
+                     object_schema({"file_path": path, "content": {**text, "description": "The whole new file."}},
+                                   ("file_path", "content")),
                      self._tool_write),
-            ToolSpec("Bash", "Run a command in /repo (python, pytest, ls, cat). timeout: milliseconds.",
-                     object_schema({"command": {"type": "string", "maxLength": MAX_BASH_COMMAND_CHARS},
-                                    "timeout": {"type": "integer", "minimum": 1}}, ("command",)), self._tool_bash),
+            ToolSpec("Bash", "Run a command in /repo (python, pytest, ls, cat).",
+                     object_schema({"command": {**text, "description": "The command line to run."},
+                                    "timeout": {"type": "integer", "description": "Time limit in milliseconds."}},
+                                   ("command",)),
+                     self._tool_bash, constraints={"command": {"maxLength": MAX_BASH_COMMAND_CHARS},
+                                                   "timeout": {"minimum": 1}}),
         ]
 
     def _stat_names(self) -> tuple[str, ...]:

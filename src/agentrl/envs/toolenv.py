@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jsonschema
@@ -68,7 +68,14 @@ class ToolMalformed(Exception):
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool: its JSON schema and the bound method that runs it.
+    """One tool: its advertised JSON schema, the checks enforced beyond it, and the bound method that runs it.
+
+    `parameters` is what the model sees, in exactly the form transformers' `get_json_schema` renders
+    from a Python signature with type hints and a Google docstring (every parameter has a "type" and a
+    "description"; "required" only when some are), so the same schema reaches the model through TRL's
+    environment_factory (agentrl.integrations.trl). `constraints` holds per-parameter JSON-Schema
+    keywords a signature cannot express (e.g. {"offset": {"minimum": 1}}); they and
+    `additionalProperties: false` are enforced by `validation_schema()`, not advertised.
 
     `handler(**arguments) -> str` returns the observation text, or raises ToolRejected/ToolMalformed.
     """
@@ -77,6 +84,7 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     handler: Callable[..., str]
+    constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def schema(self) -> dict[str, Any]:
         """The chat-template form {"type": "function", "function": {name, description, parameters}}."""
@@ -85,10 +93,19 @@ class ToolSpec:
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
+    def validation_schema(self) -> dict[str, Any]:
+        """The schema calls are checked against: `parameters` plus `constraints`, closed to extra keys."""
+        props = {k: {**v, **self.constraints.get(k, {})} for k, v in self.parameters.get("properties", {}).items()}
+        return {**self.parameters, "properties": props, "additionalProperties": False}
+
 
 def object_schema(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A closed JSON-Schema object (no extra keys), the parameters form every tool here uses."""
-    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+    """The parameters form every tool here advertises (get_json_schema's): {"type": "object",
+    "properties", "required" (only when non-empty)}; extra keys are refused by ToolSpec.validation_schema."""
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = list(required)
+    return out
 
 
 class ToolEnv(Env):
@@ -169,8 +186,9 @@ class ToolEnv(Env):
         return Observation(system=system, user=user, tools=self.tools())
 
     def tools(self) -> list[dict[str, Any]]:
-        """Tool schemas in the chat-template form, in a fixed order."""
-        return [s.schema() for s in self._specs()]
+        """Tool schemas in the chat-template form, sorted by tool name: the order TRL renders an
+        environment class's methods in (inspect.getmembers), so both front ends show the same prompt."""
+        return [s.schema() for s in sorted(self._specs(), key=lambda spec: spec.name)]
 
     @property
     def done(self) -> bool:
@@ -296,7 +314,7 @@ class ToolEnv(Env):
             known = ", ".join(self._specs_by_name)
             marked = replace(call, malformed=f"unknown_tool: {call.name!r} is not one of [{known}]")
             return ToolResult(marked, "malformed", f"Error: unknown tool {call.name!r}; available tools: {known}.")
-        problem = schema_problem(spec.parameters, call.arguments)
+        problem = schema_problem(spec.validation_schema(), call.arguments)
         if problem:
             marked = replace(call, malformed=f"bad_arguments: {problem}")
             return ToolResult(marked, "malformed", f"Error: invalid arguments for {spec.name}: {problem}")
