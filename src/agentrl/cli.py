@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.rl.commands",
     "agentrl.serve.commands",
     "agentrl.agents.commands",
+    "agentrl.serve.env_server_commands",
 )
 
 
