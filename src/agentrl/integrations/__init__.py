@@ -1,0 +1,1 @@
+"""Adapters that put agentrl environments inside other trainers (TRL environment_factory)."""

@@ -1,0 +1,105 @@
+"""The white-box demo end to end on CPU: examples/trl_openenv_whitebox.py (TRL GRPOTrainer, environment_factory
+over OpenEnv's EnvClient) against an `agentrl serve` server this test starts; MBPP python-session and Wordle.
+
+Sampling is steered as in test_trl_grpo.py (a random model never calls a tool); the trainer, the
+client, the server, the sandbox and the hidden-test rewards are all real.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("openenv")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from scripted_policy import scripted_tiny_qwen3, tool_call_text, turns_done  # noqa: E402
+
+from agentrl.serve.env_server_app import BackgroundServer, EnvServerConfig  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_openenv_whitebox.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("trl_openenv_whitebox", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tokenizer():
+    from agentrl.paths import resolve_asset
+    from agentrl.rollout.models import load_tokenizer
+
+    return load_tokenizer(resolve_asset("qwen3-tokenizer-current"))
+
+
+def _argv(url: str, tmp_path, train: int, held: int) -> list[str]:
+    return ["--env-url", url, "--dataset-size", str(train), "--eval-size", str(held), "--max-steps", "2",
+            "--eval-steps", "2", "--num-generations", "2", "--per-device-train-batch-size", "4",
+            "--gradient-accumulation-steps", "1", "--per-device-eval-batch-size", "2",
+            "--max-completion-length", "768", "--max-tool-calling-iterations", "4", "--learning-rate", "1e-3",
+            "--use-cpu", "--output-dir", str(tmp_path)]
+
+
+def test_demo_refuses_too_few_tasks(tmp_path):
+    example = _example()
+    with BackgroundServer(EnvServerConfig(env="wordle", train_size=3, eval_size=2, port=0)) as url:
+        with pytest.raises(SystemExit, match="fewer than --dataset-size 170"):
+            example.datasets_for(url, 170, 2)
+        train, held = example.datasets_for(url, 3, 2)
+        assert not set(train["task_id"]) & set(held["task_id"])
+        assert train[0]["prompt"][0]["role"] == "system" and "task" not in train.column_names  # no hidden data
+
+
+@pytest.mark.slow
+def test_whitebox_demo_mbpp_two_steps_with_fixed_eval(tmp_path):
+    from agentrl.tasks.mbpp import load_mbpp
+
+    refs = {t.entry: t.reference for t in load_mbpp()}
+
+    def script(context: str, row: int) -> str:
+        if turns_done(context):
+            return "Done."
+        entry = re.findall(r"Name the function `(\w+)`", context)[-1]
+        code = refs[entry] if row % 2 == 0 else f"def {entry}(*args):\n    return None\n"
+        return tool_call_text("run_python", {"code": code})
+
+    tok = _tokenizer()
+    cfg = EnvServerConfig(env="python-session", tasks="mbpp", train_size=4, eval_size=2, port=0,
+                          max_concurrent_envs=16)
+    with BackgroundServer(cfg) as url:
+        trainer = _example().main(_argv(url, tmp_path, 4, 2), model=scripted_tiny_qwen3(tok, script), tokenizer=tok)
+    logs = trainer.state.log_history
+    assert trainer.state.global_step == 2
+    train = [h for h in logs if "rewards/PythonSessionRemoteTRL/mean" in h]
+    assert len(train) == 2 and all(h["rewards/PythonSessionRemoteTRL/mean"] == pytest.approx(0.5) for h in train)
+    assert all(h["env/cells"] == pytest.approx(1.0) for h in train)  # run_python ran on the server's sandbox
+    evals = [h for h in logs if "eval_reward" in h]
+    assert len(evals) == 1 and evals[0]["eval_reward"] == pytest.approx(0.5)  # reference on one of two problems
+    assert evals[0]["eval_tools/call_frequency"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_whitebox_demo_wordle_same_path(tmp_path):
+    from agentrl.tasks.words import load_words
+
+    word = sorted(load_words())[0]
+
+    def script(context: str, row: int) -> str:
+        return "I give up." if turns_done(context) else tool_call_text("guess", {"word": word})
+
+    tok = _tokenizer()
+    with BackgroundServer(EnvServerConfig(env="wordle", train_size=4, eval_size=2, port=0)) as url:
+        trainer = _example().main(_argv(url, tmp_path, 4, 2), model=scripted_tiny_qwen3(tok, script), tokenizer=tok)
+    train = [h for h in trainer.state.log_history if "rewards/WordleRemoteTRL/mean" in h]
+    assert trainer.state.global_step == 2 and len(train) == 2
+    for h in train:
+        assert h["env/guesses"] == pytest.approx(1.0) and h["env/invalid_guesses"] == pytest.approx(0.0)
+        assert h["env/end_reason/final_answer"] == pytest.approx(1.0)
+        assert 0.0 <= h["rewards/WordleRemoteTRL/mean"] <= 1.0
