@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Installs agentrl into ./.venv on a fresh machine: system packages (bubblewrap for the
-# sandbox, wamerican for Wordle) where we can, the CPU torch wheel first, then the project.
+# sandbox, wamerican for Wordle, chromium for the HTML report's render test) where we can, the
+# CPU torch wheel first, then the project with its test and tracker extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-  if ! command -v bwrap >/dev/null || [[ ! -f /usr/share/dict/words ]]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap wamerican) >/dev/null 2>&1 \
+  if ! command -v bwrap >/dev/null || [[ ! -f /usr/share/dict/words ]] || ! command -v chromium >/dev/null; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap wamerican) >/dev/null 2>&1 \
       || echo "setup: could not apt-get install bubblewrap/wamerican; the sandbox falls back to rlimits only" >&2
+    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+      || echo "setup: could not apt-get install chromium; the HTML report's browser test will skip" >&2
   fi
 fi
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 # torch first: the pinned CPU wheel lies on this machine's disk; an unpinned torch would pull a CUDA build.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[test,trl]"   # trl extra: TRL + OpenEnv (agentrl serve, integrations)
+.venv/bin/pip install -q -e ".[test,trl,trackers]"   # trl: TRL + OpenEnv; trackers: --report-to
 # opencode, the black-box agent of `agentrl train --agent opencode` (pinned; npm ships its platform binary
 # as the optional dependency opencode-<os>-<arch>). Optional: without npm everything else still works.
 OPENCODE_VERSION=1.18.33

@@ -28,9 +28,11 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def _offline_defaults() -> None:
-    """Never phone home unless the user asked: HF telemetry off; offline unless AGENTRL_ALLOW_DOWNLOADS=1."""
+    """Never phone home unless the user asked: HF telemetry off; offline unless AGENTRL_ALLOW_DOWNLOADS=1;
+    HF hub / transformers progress bars off."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' bars follow it: our progress only
     if os.environ.get("AGENTRL_ALLOW_DOWNLOADS") != "1":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -13,7 +13,7 @@ from agentrl.rl.config import RLConfig
 def test_plots_are_png(tmp_path):
     build_synthetic(tmp_path / "r.json")
     paths = plot_results(validate_results(tmp_path / "r.json"), tmp_path / "plots")
-    assert sorted(p.name for p in paths) == ["entropy.png", "eval_curve.png", "tool_stats.png", "train_reward.png"]
+    assert sorted(p.name for p in paths) == ["entropy.png", "eval_curve.png", "tool_stats.png", "train_reward.png", "update.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
 
@@ -54,7 +54,7 @@ def _default_like_run(path, n_steps=3, finish=True):
     res = RunResults(path, RLConfig(steps=n_steps).to_dict(), seed=0)
     ids = [f"t{i}" for i in range(4)]
     res.add_evaluation("before", step=0, report=counts_report(ids, [0] * 4, 2, n_boot=200,
-                                                              tool_stats={"calls": 0.0, "ok_calls": float("nan")}))
+                                                              tool_stats={"tool_calls": 0.0, "ok_calls": float("nan")}))
     for step in range(n_steps):
         res.add_step(step, {"reward_mean": 0.0, "reward_std": 0.0, "pass_rate": 0.0, "adv/frac_zero_std": 1.0,
                             "entropy": None, "clip_frac": float("nan"), "grad_norm": 0.0, "sampler_nll": 11.9})

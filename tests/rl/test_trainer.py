@@ -90,11 +90,16 @@ def test_step_tasks_groups_are_consecutive_and_deterministic():
 
 @pytest.mark.slow
 def test_grpo_run_trains_and_writes_valid_results(tmp_path):
-    cfg = _cfg(tmp_path, minibatches=1)  # one optimizer step per step: every row is still on-policy
+    cfg = _cfg(tmp_path, minibatches=1, report_to="tensorboard")  # one optimizer step per step: on-policy rows
     path = _run(cfg)
     data = validate_results(path)
     assert data["status"] == "completed"
     assert [s["step"] for s in data["steps"]] == [0, 1]
+    from agentrl.io.schema import STEP_METRICS
+
+    undocumented = [k for k in data["steps"][0] if k != "step" and k not in STEP_METRICS
+                    and not k.startswith(("tools/", "rollout/"))]
+    assert undocumented == [], "document these step metrics in agentrl.io.schema.STEP_METRICS"
     trained = [s for s in data["steps"] if s["adv/frac_zero_std"] < 1.0]
     assert trained, "the scripted random-op policy must give some group a reward spread"
     for s in trained:
@@ -114,7 +119,15 @@ def test_grpo_run_trains_and_writes_valid_results(tmp_path):
     moved = sum(not torch.equal(p, q) for p, q in zip(init.parameters(), final.parameters(), strict=True))
     assert moved > 0
     assert (tmp_path / "run" / "train.log").read_text().count("step 1") >= 1
-    assert (tmp_path / "run" / "eval_curve.png").exists() or any((tmp_path / "run").glob("*.png"))
+    assert (tmp_path / "run" / "plots" / "eval_curve.png").exists() and not list((tmp_path / "run").glob("*.png"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no lock file left beside --out
+    assert oct(path.stat().st_mode & 0o777) == oct((tmp_path / "run" / "train.log").stat().st_mode & 0o777)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/reward")] == [1, 2]
+    assert [e.step for e in acc.Scalars("eval/pass_at_1")] == [0, 2] and "tools/call_frequency" in acc.Tags()["scalars"]
 
 
 @pytest.mark.slow
@@ -196,7 +209,7 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
         assert (ev["pass_at_1"]["lo"] is None) == (len(rates) == 1) == bool(ev["pass_at_1"]["undefined"])
     assert data["paired"] and data["tool_schemas"] and data["sandbox"]["backend"]
     assert {t["function"]["name"] for t in data["tool_schemas"]} == {"Read", "Edit", "Write", "Bash"}
-    assert sorted(p.name for p in (tmp_path / "runs" / "default").glob("*.png"))
+    assert sorted(p.name for p in (tmp_path / "runs" / "default" / "plots").glob("*.png"))
     assert (tmp_path / "runs" / "default" / "train.log").stat().st_size > 0
 
 

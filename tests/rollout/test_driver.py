@@ -155,7 +155,7 @@ def test_episodes_end_for_the_right_reasons(tok):
     assert trajs[2].turns[0].hit_token_limit and trajs[2].turns[0].calls[0].malformed.startswith("cut_off")
     assert tok.decode(list(trajs[2].turns[0].observation_ids)).startswith("<|im_end|>\n<|im_start|>user")
     assert trajs[3].turns[0].results[0].call.malformed.startswith("unknown_tool")
-    assert trajs[0].stats["calls_ok"] == 1 and trajs[0].stats["calls_failed"] == 1 and trajs[0].stats["echo_steps"] == 1
+    assert trajs[0].stats["ok_calls"] == 1 and trajs[0].stats["failed_calls"] == 1 and trajs[0].stats["echo_steps"] == 1
     assert trajs[3].stats["malformed_unknown_tool"] == 1
     assert trajs[0].terminated and trajs[1].truncated and all(e.closed for e in envs)
     assert "[tool echo -> failed] error: refused" in trajs[0].transcript and "[end] final_answer" in trajs[0].transcript
@@ -250,6 +250,23 @@ def test_parser_exception_marks_turn_malformed(tok, monkeypatch):
     assert turn.calls[0].malformed == "parser_error: RuntimeError: parser bug"
     assert turn.results[0].status == "malformed" and trajs[0].end_reason == "out_of_turns"
     check_invariants(trajs[0])
+
+
+def test_progress_advances_per_finished_episode(tok):
+    """HF sampling goes gen_batch episodes at a time, and progress is reported after each chunk (not
+    0 -> n at the end of a round); with tool steps, after each episode's step."""
+    model = load_policy("tiny-qwen3")[0]
+    seen = []
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=3, gen_batch=2), check_template=False)
+    run_episodes(model, tok, [(EchoEnv(max_turns=1), task(i)) for i in range(6)], cfg=cfg, seed=0,
+                 on_progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(2, 6), (4, 6), (6, 6)]
+    seen.clear()
+    scripts = [[call("a"), "done"], [call("a"), call("b"), "done"], ["done"]]
+    envs = [EchoEnv() for _ in scripts]
+    run_episodes(None, tok, [(e, task(i)) for i, e in enumerate(envs)], cfg=RolloutConfig(),
+                 sampler=Script(tok, scripts), on_progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
 
 
 def test_unscorable_rewards_and_env_errors_are_recorded_never_zero(tok, caplog):

@@ -50,7 +50,15 @@ def summarize(tasks: Sequence[Task], trajs: Sequence[Trajectory], n: int,
         raise ValueError(f"expected {n} episodes per task, got {bad}")
     return report_from_counts([_task_result(t, by_task[t.id]) for t in tasks], boot, tool_stats=mean_stats(trajs),
                               transcripts={t.id: by_task[t.id][0].transcript for t in tasks},
+                              episodes={t.id: episode_record(by_task[t.id][0]) for t in tasks},
                               end_reasons=dict(sorted(Counter(tr.end_reason or "unknown" for tr in trajs).items())))
+
+
+def episode_record(traj: Trajectory) -> dict:
+    """{"end_reason", "reward", "turns"} of one episode (turns as agentrl.rollout.transcript.turn_records)."""
+    from agentrl.rollout.transcript import turn_records
+
+    return {"end_reason": traj.end_reason, "reward": traj.reward, "turns": turn_records(traj.turns)}
 
 
 def evaluate(

@@ -71,6 +71,8 @@ class EvalReport:
         pass_at_1: macro pass@1 over the scored tasks with its task-level bootstrap interval.
         tool_stats: mean of every tool statistic over all episodes.
         transcripts: one full transcript per task (the first episode); not part of `to_dict`.
+        episodes: the same first episode per task as {"end_reason", "reward", "turns"}
+            (agentrl.eval.evaluate.episode_record), for the HTML transcript browser; not part of `to_dict`.
         end_reasons: {end_reason: episodes} over all episodes (the episode contract's vocabulary:
             the environment's EnvSpec.end_reasons plus the driver's "out_of_tokens", "env_error").
     """
@@ -79,6 +81,7 @@ class EvalReport:
     pass_at_1: Interval
     tool_stats: dict[str, float] = field(default_factory=dict)
     transcripts: dict[str, str] = field(default_factory=dict)
+    episodes: dict[str, dict] = field(default_factory=dict)
     end_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -150,6 +153,7 @@ def _pass_at_1(tasks: Sequence[TaskResult], boot: BootstrapConfig) -> Interval:
 def report_from_counts(tasks: Sequence[TaskResult], boot: BootstrapConfig, *,
                        tool_stats: dict[str, float] | None = None,
                        transcripts: dict[str, str] | None = None,
+                       episodes: dict[str, dict] | None = None,
                        end_reasons: dict[str, int] | None = None) -> EvalReport:
     """An EvalReport from per-task counts (computes pass@1 and its interval once, with `boot`).
 
@@ -160,7 +164,8 @@ def report_from_counts(tasks: Sequence[TaskResult], boot: BootstrapConfig, *,
     if not ids or len(set(ids)) != len(ids):
         raise ValueError(f"report_from_counts: need at least one task and distinct task ids, got {ids}")
     return EvalReport(tasks=tuple(tasks), pass_at_1=_pass_at_1(tasks, boot), tool_stats=dict(tool_stats or {}),
-                      transcripts=dict(transcripts or {}), end_reasons=dict(end_reasons or {}))
+                      transcripts=dict(transcripts or {}), episodes=dict(episodes or {}),
+                      end_reasons=dict(end_reasons or {}))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""`agentrl report RESULTS.json`: validate a results file, draw its plots, print a summary. Not training."""
+"""`agentrl report [--html] RUN_DIR|RESULTS.json`: validate a results file, draw its plots, print a summary,
+write the HTML report. Not training."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     """Add the `report` sub-command."""
-    p = subparsers.add_parser("report", help="Plots and a summary table of a results file.",
-                              description="Validate RESULTS.json, write PNG plots, print a summary table.")
-    p.add_argument("results", type=Path, help="results.json written by `agentrl train` or `agentrl eval`")
+    p = subparsers.add_parser("report", help="Plots, a summary table and an HTML report of a run.",
+                              description="Validate a run's results.json, write PNG plots, print a summary table; "
+                              "with --html also write one self-contained HTML page (report.html beside it).")
+    p.add_argument("results", type=Path, help="a run folder (runs/x) or the results.json in it, written by "
+                   "`agentrl train` or `agentrl eval`")
+    p.add_argument("--html", action="store_true", help="also write <run dir>/report.html (no network needed to "
+                   "view it: plots, styles and script are inline)")
     p.add_argument("--out_dir", "--out-dir", type=Path, default=None,
-                   help="where to write the PNGs (default: <results dir>/plots)")
-    p.add_argument("--no_plots", "--no-plots", action="store_true", help="only print the summary")
+                   help="where to write the PNGs (default: <results dir>/plots, where `agentrl train` writes them)")
+    p.add_argument("--no_plots", "--no-plots", action="store_true", help="write no PNGs (the summary is printed; --html still writes the page)")
     p.set_defaults(func=report_main)
 
 
@@ -63,6 +68,7 @@ def summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{_fmt_iv(e.get('pass_at_1'))}  counts {counts}"))
     for p in data.get("paired") or []:
         rows.append((f"paired {p.get('after')} - {p.get('before')}", _fmt_iv(p.get("diff"), signed=True)))
+    rows += _partial_credit_rows(data)
     if steps:
         last = steps[-1]
         for label, keys in _LAST_STEP_KEYS:
@@ -80,24 +86,44 @@ def summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _partial_credit_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """hidden_pass_fraction per evaluation, with what it means next to pass@1 (once)."""
+    from agentrl.io.schema import TOOL_STATS
+
+    rows = []
+    for e in data.get("evaluations") or []:
+        value = (e.get("tool_stats") or {}).get("hidden_pass_fraction")
+        if value is not None:
+            rows.append((f"hidden_pass_fraction {e.get('label')}", _fmt_num(value)))
+    if rows:
+        rows.append(("  what it is", TOOL_STATS["hidden_pass_fraction"][0] + "; mean over episodes"))
+    return rows
+
+
 def report_main(args: argparse.Namespace) -> int:
     """Validate, plot, print. Returns 0; bad input raises FileNotFoundError/ValueError (exit 2 via cli)."""
     from rich.console import Console
     from rich.table import Table
 
-    from agentrl.io.plots import plot_results
+    from agentrl.io.plots import plot_results, plots_dir
     from agentrl.io.results import validate_results
 
-    data = validate_results(args.results)
-    table = Table(title=f"agentrl report: {args.results}")
+    path = args.results / "results.json" if args.results.is_dir() else args.results
+    data = validate_results(path)
+    table = Table(title=f"agentrl report: {path}")
     table.add_column("item")
     table.add_column("value")
     for name, value in summary_rows(data):
         table.add_row(name, value)
     console = Console()
     console.print(table)
+    drawn = None
     if not args.no_plots:
-        out_dir = args.out_dir or args.results.parent / "plots"
-        for p in plot_results(data, out_dir):
+        drawn = plot_results(data, args.out_dir or plots_dir(path.parent))
+        for p in drawn:
             console.print(f"wrote {p}")
+    if args.html:
+        from agentrl.io.html import write_html_report
+
+        console.print(f"wrote {write_html_report(data, path.parent / 'report.html', plots=drawn)}")
     return 0

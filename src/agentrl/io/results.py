@@ -21,70 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrl.eval.report import EvalReport, PairedDifference
 
-SCHEMA_VERSION = 1
-STATUSES = ("running", "completed", "failed", "interrupted")
-
-_NUM = {"type": ["number", "null"]}
-# An interval (agentrl.eval.bootstrap.Interval.to_dict): lo/hi are null exactly when `undefined` says why.
-_INTERVAL = {"type": "object", "required": ["mean", "lo", "hi", "alpha", "n_boot", "seed"],
-             "properties": {"mean": _NUM, "lo": _NUM, "hi": _NUM, "n_tasks": {"type": "integer", "minimum": 0},
-                            "undefined": {"type": ["string", "null"]},
-                            "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-                            "n_boot": {"type": "integer", "minimum": 1}, "seed": {"type": ["integer", "null"]}}}
-RESULTS_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "agentrl run results",
-    "type": "object",
-    "required": ["schema_version", "status", "created", "updated", "seed", "config", "versions", "steps",
-                 "evaluations", "paired", "tool_stats", "transcripts", "tool_schemas", "sandbox", "noise"],
-    "properties": {
-        "schema_version": {"const": SCHEMA_VERSION},
-        "status": {"enum": list(STATUSES)},
-        "created": {"type": "string"}, "updated": {"type": "string"},
-        "seed": {"type": "integer"},
-        "wall_clock_s": _NUM,
-        "wall_clock_parts_s": {"type": "array", "items": {"type": "number", "minimum": 0}},
-        "error": {"type": ["string", "null"]},
-        "config": {"type": "object"},
-        "versions": {"type": "object", "required": ["python", "torch", "transformers", "agentrl"],
-                     "additionalProperties": {"type": ["string", "null"]}},
-        "steps": {"type": "array", "items": {
-            "type": "object", "required": ["step"],
-            "properties": {"step": {"type": "integer", "minimum": 0}}, "additionalProperties": _NUM}},
-        "evaluations": {"type": "array", "items": {
-            "type": "object", "required": ["label", "step", "tasks", "pass_at_1", "tool_stats"],
-            "properties": {
-                "label": {"type": "string", "minLength": 1}, "step": {"type": "integer", "minimum": 0},
-                "tasks": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["task_id", "successes", "trials"],
-                    "properties": {"task_id": {"type": "string"}, "successes": {"type": "integer", "minimum": 0},
-                                   "trials": {"type": "integer", "minimum": 0},
-                                   "episodes": {"type": "integer", "minimum": 1},
-                                   "unscorable": {"type": "integer", "minimum": 0}}}},
-                "pass_at_1": _INTERVAL,
-                "tool_stats": {"type": "object", "additionalProperties": _NUM},
-                "unscorable": {"type": "integer", "minimum": 0},
-                "end_reasons": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}}}},
-        "paired": {"type": "array", "items": {
-            "type": "object", "required": ["before", "after", "diff"],
-            "properties": {"before": {"type": "string"}, "after": {"type": "string"}, "diff": _INTERVAL}}},
-        "tool_stats": {"type": "object"},
-        "transcripts": {"type": "array", "items": {
-            "type": "object", "required": ["kind", "task_id", "text"],
-            "properties": {"kind": {"type": "string"}, "task_id": {"type": "string"}, "text": {"type": "string"},
-                           "step": {"type": ["integer", "null"]}, "reward": _NUM}}},
-        "tool_schemas": {"type": "array", "items": {"type": "object"}},
-        "sandbox": {"type": "object"},
-        "env": {"type": "object", "required": ["name", "kwargs", "end_reasons"],
-                "properties": {"name": {"type": "string"}, "kwargs": {"type": "object"},
-                               "max_observation_chars": {"type": ["integer", "null"]},
-                               "end_reasons": {"type": "array", "items": {"type": "string"}}}},
-        "chat_template": {"type": "object", "required": ["name", "sha256", "source"],
-                          "properties": {"name": {"type": "string"}, "sha256": {"type": "string"},
-                                         "source": {"type": "string"}}},
-        "noise": {"type": "object"},
-    },
-}
+from agentrl.io.schema import RESULTS_SCHEMA, SCHEMA_VERSION, STATUSES  # noqa: F401 - re-exported
 
 
 def _now() -> str:
@@ -118,12 +55,24 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process umask (read by setting and restoring it; os has no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` atomically (same-directory temp file, fsync, os.replace, dir fsync)."""
+    """Write `text` to `path` atomically (same-directory temp file, fsync, os.replace, dir fsync).
+
+    The file gets the mode an ordinary `open(path, "w")` would give (0666 less the umask, so 0644 under
+    the usual umask 022), not mkstemp's private 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -191,7 +140,7 @@ class RunResults:
 
     # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains.
     RESUMABLE_CHANGES = frozenset({"steps", "resume", "eval_every", "checkpoint_every", "keep_checkpoints", "out",
-                                   "device", "n_boot", "gen_batch", "sampler"})
+                                   "device", "n_boot", "gen_batch", "sampler", "report_to"})
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, completed_steps: int,
@@ -273,10 +222,15 @@ class RunResults:
         return rec
 
     def add_transcript(self, kind: str, task_id: str, text: str, *, step: int | None = None,
-                       reward: float | None = None, write: bool = True) -> None:
-        """Store one full transcript (kind e.g. "heldout_before", "heldout_after", "train_step0")."""
-        self.data["transcripts"].append({"kind": kind, "task_id": str(task_id), "text": text, "step": step,
-                                         "reward": None if reward is None else float(reward)})
+                       reward: float | None = None, end_reason: str | None = None,
+                       turns: list[dict] | None = None, write: bool = True) -> None:
+        """Store one full transcript (kind e.g. "heldout_before", "heldout_after", "train_step0"), with
+        why it ended and its structured turns (agentrl.rollout.transcript.turn_records) when given."""
+        rec = {"kind": kind, "task_id": str(task_id), "text": text, "step": step,
+               "reward": None if reward is None else float(reward), "end_reason": end_reason}
+        if turns is not None:
+            rec["turns"] = to_json_ready(turns)
+        self.data["transcripts"].append(rec)
         if write:
             self.write()
 

@@ -45,8 +45,11 @@ def eval_main(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     cfg.steps = 0
+    from agentrl.rl.trainer import write_plots_and_report
+
     with RunSession.open(cfg) as sess:
         run_eval(sess, "eval", 0)
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
+        write_plots_and_report(sess)
     print(f"results: {sess.results_path}")
     return 0

@@ -125,6 +125,10 @@ class RLConfig:
     checkpoint_every: int = _f(0, "Save model, optimizer, RNG and step every N steps (0 = off).")
     keep_checkpoints: int = _f(2, "Checkpoints kept on disk (older ones are deleted; 0 = keep all).")
     resume: bool = _f(False, "Continue from the latest checkpoint in <out>/checkpoints.")
+    report_to: Literal["none", "tensorboard", "trackio", "wandb"] = _f(
+        "none", "Experiment tracker, local only: none | tensorboard (<out>/tensorboard) | trackio (local store "
+        "<out>/trackio) | wandb (offline, <out>/wandb); metric names as TRL's (train/reward, eval/pass_at_1, "
+        "tools/call_frequency). Needs the agentrl[trackers] extra.")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -152,10 +156,11 @@ class RLConfig:
                                  + f", got {getattr(self, name)!r}")
         self._validate_floats()
         self._validate_async()
-        if self.sampler not in ("hf", "fast"):
-            raise ValueError(f"RLConfig.sampler: expected 'hf' or 'fast', got {self.sampler!r}")
-        if self.dtype not in ("fp32", "bf16"):
-            raise ValueError(f"RLConfig.dtype: expected 'fp32' or 'bf16', got {self.dtype!r}")
+        for name, choices in (("sampler", ("hf", "fast")), ("dtype", ("fp32", "bf16")),
+                              ("report_to", ("none", "tensorboard", "trackio", "wandb"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
+                                 f"got {getattr(self, name)!r}")
         rows = self.prompts_per_step * self.group_size
         if self.minibatches > rows:
             raise ValueError(f"RLConfig.minibatches: {self.minibatches} minibatches need at least as many "

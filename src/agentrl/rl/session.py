@@ -89,24 +89,39 @@ def _with_lora(cfg: RLConfig, model: Any) -> Any:
 
 @contextlib.contextmanager
 def _exclusive(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `out` for the run (a lock file beside it, so archiving cannot move it).
+    """Hold an exclusive lock on `out` for the run (a lock file beside it, so archiving cannot move it);
+    the lock file is removed when the run ends, so nothing is left beside `out`.
+
+    A lock is taken only on the file that is at the path after locking (an inode check), so a job
+    that opened the file just before the previous holder removed it retries on the new file instead
+    of holding a lock nobody else sees.
 
     Raises:
         ValueError: another live process holds the lock (it names that process).
     """
     lock_path = out.with_name(f".{out.name}.lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    for _ in range(100):
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
             raise ValueError(f"--out {out} is in use by a running job (pid {holder}); pass another --out, "
                              "or wait for it to finish") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                break
+        os.close(fd)  # the holder removed this file after we opened it: lock the new one
+    else:
+        raise ValueError(f"--out {out}: could not take the lock {lock_path}")
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            lock_path.unlink()  # while still holding the lock, so no other job holds this inode
         os.close(fd)  # releases the lock
 
 
@@ -214,6 +229,7 @@ class RunSession:
     ref_model: Any = None
     sampler: Any = None  # optional agentrl.rollout.driver.SampleFn replacing HF generate (e.g. a server client)
     progress: Any = None  # a rich Progress (agentrl.io.log.progress) shown while the run is open
+    tracker: Any = None  # the --report-to tracker (agentrl.io.trackers.Tracker), open while the run is
     t_start: float = field(default_factory=time.perf_counter)
     fast_sampler: bool = False  # the sampler is agentrl's fast sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
@@ -249,7 +265,7 @@ class RunSession:
         cfg = self.cfg
         model, sampler = (policy.model, policy.sampler) if policy is not None else (self.model, self.sampler)
         model.eval()
-        bar = self.progress.add_task(label, total=len(tasks)) if self.progress is not None else None
+        bar = self.progress.add_task(label, total=len(tasks), unit="episodes") if self.progress is not None else None
         on_progress = None if bar is None else (lambda done, total: self.progress.update(bar, completed=done))
         gids = list(group_ids) if group_ids is not None else None
         try:
@@ -379,6 +395,7 @@ class RunSession:
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
         from agentrl.cli_checks import archive_previous
         from agentrl.io.log import log_config, progress, setup_logging
+        from agentrl.io.trackers import open_tracker
         from agentrl.sandbox import Sandbox
 
         sandbox = Sandbox()
@@ -404,6 +421,7 @@ class RunSession:
                                            enable_thinking=cfg.thinking)
                 sess.fast_sampler = True
             sess.sampler = sampler
+            sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
             with progress(transient=True) as bars:
                 sess.progress = bars
                 yield sess
@@ -420,6 +438,8 @@ class RunSession:
         finally:
             if sess is not None:
                 sess.close_agents()
+            if sess is not None and sess.tracker is not None:
+                sess.tracker.finish()
             sandbox.close()
 
     @classmethod
@@ -463,6 +483,7 @@ class RunSession:
         results.set("sandbox", sandbox.describe())
         results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                               "heldout_ids": [t.id for t in tasks.heldout],
-                              "reward_includes_shown_test": cfg.reward_includes_shown_test})
+                              "reward_includes_shown_test": cfg.reward_includes_shown_test,
+                              "heldout_families": {t.id: t.family for t in tasks.heldout}})
         return cls(cfg=cfg, out=out, model=model, tokenizer=tok, optimizer=opt, sandbox=sandbox, tasks=tasks,
                    results=results, device=device, start_step=start, ref_model=ref)

@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 from agentrl.eval.bootstrap import BootstrapConfig
-from agentrl.eval.evaluate import evaluate, mean_stats
+from agentrl.eval.evaluate import episode_record, evaluate, mean_stats
 from agentrl.eval.noise import run_noise
 from agentrl.eval.report import EvalReport, paired_difference
+from agentrl.io.trackers import eval_metrics, step_metrics
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
 from agentrl.rl.offpolicy import correct_stale_batch
@@ -109,7 +110,9 @@ def learn_step(sess: RunSession, col: Collected, *, wait_s: float = 0.0) -> dict
     t_upd = time.perf_counter() - t1
     if step == 0:
         for tr in trajs[:: cfg.group_size]:
-            sess.results.add_transcript("train_step0", tr.task_id, tr.transcript, step=0, reward=tr.reward, write=False)
+            rec = episode_record(tr)
+            sess.results.add_transcript("train_step0", tr.task_id, tr.transcript, step=0, reward=tr.reward,
+                                        end_reason=rec["end_reason"], turns=rec["turns"], write=False)
     sampled = sum(tr.num_policy_tokens for tr in col.rows)
     return {
         "reward_mean": adv_stats.pop("reward_mean"),
@@ -157,11 +160,16 @@ def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
                    sess.tasks.heldout, cfg.eval_n, bootstrap_config(cfg))
     if label in ("before", "after"):
         for tid, text in rep.transcripts.items():
-            sess.results.add_transcript(f"heldout_{label}", tid, text, step=step, write=False)
-    sess.results.add_evaluation(label, step=step, report=rep)
-    log.info("eval %-7s step %d: pass@1 %s  successes per task %s (of %s)%s", label, step, rep.pass_at_1.describe(),
-             rep.successes, _trials_text(rep.trials), f"  unscorable episodes {rep.unscorable}" if rep.unscorable else "")
-    log.info("eval %-7s end reasons: %s", label, ", ".join(f"{k} {v}" for k, v in rep.end_reasons.items()))
+            ep = rep.episodes.get(tid, {})
+            sess.results.add_transcript(f"heldout_{label}", tid, text, step=step, reward=ep.get("reward"),
+                                        end_reason=ep.get("end_reason"), turns=ep.get("turns"), write=False)
+    ev = sess.results.add_evaluation(label, step=step, report=rep)
+    if sess.tracker is not None and label != "after":  # "after" is logged with its paired difference
+        sess.tracker.log(eval_metrics(ev), step)
+    log.info("evaluation %-7s at step %d: pass@1 %s  successes per task %s (of %s)%s", label, step,
+             rep.pass_at_1.describe(), rep.successes, _trials_text(rep.trials),
+             f"  unscorable episodes {rep.unscorable}" if rep.unscorable else "")
+    log.info("evaluation %-7s end reasons: %s", label, ", ".join(f"{k} {v}" for k, v in rep.end_reasons.items()))
     return rep
 
 
@@ -171,20 +179,39 @@ def _trials_text(trials: list[int]) -> str:
 
 def record_paired_difference(sess: RunSession, after: EvalReport) -> None:
     """after - before on the held-out set (the "before" report read back from the results file, so a
-    resumed run pairs with the evaluation it made before the interruption), logged and recorded."""
+    resumed run pairs with the evaluation it made before the interruption), logged, recorded and
+    sent to the tracker."""
     before = EvalReport.from_dict(sess.results.evaluation("before"))
     paired = paired_difference(before, after, bootstrap_config(sess.cfg))
-    sess.results.add_paired_difference(paired)
+    rec = sess.results.add_paired_difference(paired)
+    if sess.tracker is not None:
+        sess.tracker.log(eval_metrics(sess.results.evaluation("after"), rec), sess.cfg.steps)
     log.info("paired difference after - before: %s over %d tasks", paired.diff.describe(signed=True),
              len(paired.task_ids))
 
 
+def skipped_update_reason(m: dict[str, float]) -> str | None:
+    """Why a step's update trained no token, in words (None when it trained): every group had zero
+    reward spread, or no row had a nonzero advantage."""
+    if m.get("tokens_trained", 1.0) != 0.0:
+        return None
+    groups, zero = m.get("adv/num_groups"), m.get("adv/frac_zero_std")
+    if groups and zero == 1.0:
+        return f"all {int(groups)} groups have zero reward spread"
+    return "no episode had a nonzero advantage"
+
+
 def _log_step(step: int, m: dict[str, float]) -> None:
-    log.info("step %d  reward %.3f  pass %.3f  zero-std %.2f  unscorable %d  loss %.4f  entropy %.3f  clip %.3f  "
-             "gnorm %.3f  %.1fs (rollout %.1fs, update %.1fs)", step, m["reward_mean"], m["pass_rate"],
-             m.get("adv/frac_zero_std", float("nan")), m.get("rollout/unscorable", 0), m.get("loss", float("nan")),
-             m.get("entropy", float("nan")), m.get("clip_frac", float("nan")), m.get("grad_norm", float("nan")),
-             m["time/step_s"], m["time/rollout_s"], m["time/update_s"])
+    head = (f"step {step}  reward {m['reward_mean']:.3f}  pass {m['pass_rate']:.3f}  "
+            f"zero-std {m.get('adv/frac_zero_std', float('nan')):.2f}  unscorable {m.get('rollout/unscorable', 0):.0f}")
+    times = f"{m['time/step_s']:.1f}s (rollout {m['time/rollout_s']:.1f}s, update {m['time/update_s']:.1f}s)"
+    skipped = skipped_update_reason(m)
+    if skipped:
+        log.info("%s  update skipped: %s  %s", head, skipped, times)
+    else:
+        log.info("%s  loss %.4f  entropy %.3f  clip %.3f  gnorm %.3f  %s", head, m.get("loss", float("nan")),
+                 m.get("entropy", float("nan")), m.get("clip_frac", float("nan")), m.get("grad_norm", float("nan")),
+                 times)
     ends = {k.removeprefix("rollout/end_reason/"): v for k, v in m.items() if k.startswith("rollout/end_reason/") and v}
     log.info("step %d  end reasons: %s", step, ", ".join(f"{k} {v:.2f}" for k, v in ends.items()) or "none")
 
@@ -207,23 +234,26 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
     with RunSession.open(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_eval(sess, "before", 0)
-        steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step)
+        steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step,
+                                           unit="steps")
         steps = _async_steps(sess) if cfg.async_rollouts else _sync_steps(sess)
         for step, metrics in steps:
             sess.progress.advance(steps_bar)
             sess.results.add_step(step, metrics)
+            sess.tracker.log(step_metrics(metrics), step + 1)  # global step = steps completed, as in TRL
             _log_step(step, metrics)
             done = step + 1
             if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
                 run_eval(sess, f"step_{done}", done)
             sess.checkpoint(done)
+        sess.progress.remove_task(steps_bar)
         record_paired_difference(sess, run_eval(sess, "after", cfg.steps))
         if len(sess.results.data["steps"]) >= 3:
             sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
         sess.export_merged()
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
-        _plots(sess)
+        write_plots_and_report(sess)
         return sess.results_path
 
 
@@ -259,12 +289,16 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
             yield step, metrics
 
 
-def _plots(sess: RunSession) -> None:
-    from agentrl.io.plots import plot_results
+def write_plots_and_report(sess: RunSession) -> None:
+    """Plots into <out>/plots and the HTML report <out>/report.html; a failure here is logged, never
+    raised (the results file is complete by now)."""
+    from agentrl.io.html import write_html_report
+    from agentrl.io.plots import plot_results, plots_dir
 
     try:
-        paths = plot_results(sess.results.data, sess.out)
-        log.info("results: %s; log: %s; plots: %s", sess.results_path, sess.out / "train.log",
-                 ", ".join(p.name for p in paths))
+        paths = plot_results(sess.results.data, plots_dir(sess.out))
+        page = write_html_report(sess.results.data, sess.out / "report.html", plots=paths)
+        log.info("results: %s; log: %s; report: %s; plots in %s: %s", sess.results_path, sess.out / "train.log",
+                 page, plots_dir(sess.out), ", ".join(p.name for p in paths))
     except Exception as e:  # noqa: BLE001 - a plotting failure must not lose a finished run
-        log.warning("plots failed (%s: %s); results are in %s", type(e).__name__, e, sess.results_path)
+        log.warning("plots/report failed (%s: %s); results are in %s", type(e).__name__, e, sess.results_path)

@@ -182,24 +182,36 @@ class _Driver:
             results=tuple(results), observation_ids=tuple(obs_ids), hit_token_limit=sample.hit_token_limit,
         ))
 
-    def round(self, live: list[_Episode], pool: ThreadPoolExecutor) -> None:
-        samples = self.sample(live)
-        parsed = [self.parse(e, s) for e, s in zip(live, samples, strict=True)]
+    def round(self, live: list[_Episode], pool: ThreadPoolExecutor, on_done: Callable[[], None]) -> None:
+        """One turn of every live episode. Episodes are sampled `gen_batch` at a time (the chunks HF
+        generate would use anyway; an external sampler gets them all at once), each chunk's tool calls
+        start in the pool while the next chunk samples, and `on_done()` is called whenever episodes may
+        have finished (after each chunk, after each tool step), so progress advances per episode."""
+        chunk = len(live) if self.sampler is not None else self.cfg.sampling.gen_batch
         acting = []
-        for ep, s, (text, calls, final) in zip(live, samples, parsed, strict=True):
-            if calls:
-                acting.append((ep, s, text, calls))
-                continue
-            self.record(ep, s, text, [], [], [])
-            res = _call(ep.env.final_answer, final)
-            if isinstance(res, BaseException) or not isinstance(res, StepResult) or not res.done:
-                self.errors(ep, "final_answer", res if isinstance(res, BaseException) else
-                            f"returned {res!r}, expected a StepResult that ends the episode")
-            else:
-                ep.end(res)
-        futures = [pool.submit(_call, ep.env.step, list(calls)) for ep, _, _, calls in acting]
-        for (ep, s, text, calls), fut in zip(acting, futures, strict=True):
+        for k in range(0, len(live), chunk):
+            part = live[k : k + chunk]
+            for ep, s in zip(part, self.sample(part), strict=True):
+                text, calls, final = self.parse(ep, s)
+                if calls:
+                    acting.append((ep, s, text, calls, pool.submit(_call, ep.env.step, list(calls))))
+                else:
+                    self.answer(ep, s, text, final)
+            on_done()
+        for ep, s, text, calls, fut in acting:
             self.after_step(ep, s, text, calls, fut.result())
+            if ep.end_reason:
+                on_done()
+
+    def answer(self, ep: _Episode, s: Sample, text: str, final: str) -> None:
+        """A turn without tool calls: the final answer, which the environment ends the episode on."""
+        self.record(ep, s, text, [], [], [])
+        res = _call(ep.env.final_answer, final)
+        if isinstance(res, BaseException) or not isinstance(res, StepResult) or not res.done:
+            self.errors(ep, "final_answer", res if isinstance(res, BaseException) else
+                        f"returned {res!r}, expected a StepResult that ends the episode")
+        else:
+            ep.end(res)
 
     def after_step(self, ep: _Episode, s: Sample, text: str, calls, res: Any) -> None:
         if isinstance(res, BaseException) or not isinstance(res, StepResult) or len(res.results) != len(calls):
@@ -241,8 +253,8 @@ def run_episodes(
             the trainer groups by it.
         seed: torch seed for sampling and the environments' reset seed (None: leave RNG as is).
         sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler.
-        on_progress: called after every round with (episodes finished, episodes in all), e.g. for a
-            progress bar.
+        on_progress: called with (episodes finished, episodes in all) as episodes finish (after each
+            sampled chunk of `gen_batch` and each tool step), e.g. for a progress bar.
         policy_version: the optimizer step whose weights sample (stored in every Trajectory).
 
     Returns:
@@ -261,11 +273,19 @@ def run_episodes(
     drv = _Driver(policy, tokenizer, cfg, sampler)
     gids = group_ids if group_ids is not None else list(range(len(envs_and_tasks)))
     eps = [drv.start(env, task, g, seed) for (env, task), g in zip(envs_and_tasks, gids, strict=True)]
+    finished = 0
+
+    def on_done() -> None:
+        nonlocal finished
+        now = sum(bool(e.end_reason) for e in eps)
+        if on_progress is not None and now != finished:
+            on_progress(now, len(eps))
+        finished = now
+
+    on_done()  # episodes whose prompt alone overflows the context are finished before any round
     with ThreadPoolExecutor(max_workers=max(1, cfg.tool_workers)) as pool:
         while live := [e for e in eps if not e.end_reason]:
-            drv.round(live, pool)
-            if on_progress is not None:
-                on_progress(sum(bool(e.end_reason) for e in eps), len(eps))
+            drv.round(live, pool, on_done)
     return [_finish(drv, ep, policy_version) for ep in eps]
 
 

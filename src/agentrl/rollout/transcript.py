@@ -29,21 +29,46 @@ def render_transcript(
 
 
 def episode_stats(turns: Sequence[Turn]) -> dict[str, float]:
-    """Rollout counters: turns, calls by status, malformed-call classes, token-limit turns, policy tokens."""
+    """Rollout counters: turns, calls by status, malformed-call classes, token-limit turns, policy tokens.
+
+    The call counters use the environments' names (`tool_calls`, `ok_calls`, `failed_calls`,
+    `malformed_calls`; agentrl.envs.toolenv.BASE_STATS), so an episode's stats hold one counter per
+    concept: for a ToolEnv both count the same results, and the driver's value stands in for any env.
+    """
     stats: dict[str, float] = {
         "turns": len(turns),
-        "calls": 0,
-        "calls_ok": 0,
-        "calls_failed": 0,
-        "calls_malformed": 0,
+        "tool_calls": 0,
+        "ok_calls": 0,
+        "failed_calls": 0,
+        "malformed_calls": 0,
         "turns_hit_token_limit": sum(t.hit_token_limit for t in turns),
         "policy_tokens": sum(len(t.completion_ids) for t in turns),
     }
     for turn in turns:
-        stats["calls"] += len(turn.calls)
+        stats["tool_calls"] += len(turn.calls)
         for res in turn.results:
-            stats[f"calls_{res.status}"] = stats.get(f"calls_{res.status}", 0) + 1
+            stats[f"{res.status}_calls"] = stats.get(f"{res.status}_calls", 0) + 1
             if res.call.malformed:
                 key = "malformed_" + res.call.malformed.split(":", 1)[0]
                 stats[key] = stats.get(key, 0) + 1
     return stats
+
+
+def turn_records(turns: Sequence[Turn], *, max_chars: int = 4000) -> list[dict]:
+    """The turns as JSON-ready records for the results file and the HTML transcript browser.
+
+    Returns: one {"text", "hit_token_limit", "calls": [{"name", "arguments", "status", "malformed",
+    "content"}]} per turn, texts clipped to `max_chars` characters with a visible mark.
+    """
+    out = []
+    for turn in turns:
+        calls = [{"name": r.call.name or "?", "arguments": r.call.arguments if isinstance(r.call.arguments, dict)
+                  else {"raw": str(r.call.arguments)}, "status": r.status, "malformed": r.call.malformed or None,
+                  "content": _clip(r.content, max_chars)} for r in turn.results]
+        # calls the environment never answered (the episode ended in error) are still shown
+        calls += [{"name": c.name or "?", "arguments": c.arguments if isinstance(c.arguments, dict) else {},
+                   "status": "not run", "malformed": c.malformed or None, "content": ""}
+                  for c in turn.calls[len(turn.results):]]
+        out.append({"text": _clip(turn.text, max_chars), "hit_token_limit": bool(turn.hit_token_limit),
+                    "calls": calls})
+    return out
