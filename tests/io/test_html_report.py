@@ -60,6 +60,8 @@ def test_transcript_text_reads_back():
     assert back["user"] == "fix [it]" and back["end_reason"] == "out_of_turns" and back["reward"] == 0.5
     assert [t["text"] for t in back["turns"]] == ["<tool_call>...</tool_call>", "done"]
     assert back["turns"][1]["hit_token_limit"] and back["turns"][0]["calls"][0]["content"].endswith("more")
+    unscorable = parse_transcript_text(render_transcript(obs, turns, "env_error", None))
+    assert unscorable["end_reason"] == "env_error" and unscorable["reward"] is None
     rec = turn_records(turns)
     assert rec[0]["calls"][0] == {"name": "edit", "arguments": {"op": "fix_minmax"}, "status": "ok",
                                   "malformed": None, "content": "Applied edit 'fix_minmax'.\nmore"}

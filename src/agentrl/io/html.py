@@ -131,11 +131,12 @@ def _eval_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
         return '<section id="eval"><h2>Held-out evaluation</h2><p class="muted">No evaluation yet.</p></section>'
     rows = [[e["label"], e["step"], len(e["tasks"]), e["tasks"][0].get("episodes", e["tasks"][0]["trials"]),
              _iv(e.get("pass_at_1")),
-             _num((e.get("tool_stats") or {}).get("hidden_pass_fraction"))] for e in evs]
+             _num((e.get("tool_stats") or {}).get("hidden_pass_fraction")),
+             ", ".join(f"{k} {v}" for k, v in (e.get("end_reasons") or {}).items()) or "n/a"] for e in evs]
     alpha = evs[0]["pass_at_1"].get("alpha", 0.05)
     out = [f'<section id="eval"><h2>Held-out evaluation</h2>{imgs.get("eval_curve.png", "")}',
            _table(["evaluation", "step", "tasks", "episodes per task", f"pass@1 [{100 * (1 - alpha):.0f}% interval]",
-                   "hidden_pass_fraction"], rows),
+                   "hidden_pass_fraction", "episodes ended by"], rows),
            '<p class="muted">pass@1: mean over tasks of the fraction of episodes whose final file passes every hidden '
            'test; the interval resamples tasks (task-level percentile bootstrap). hidden_pass_fraction: '
            + _esc(stat_description("hidden_pass_fraction")[0]) + ".</p>"]

@@ -55,6 +55,8 @@ STEP_METRICS: dict[str, tuple[str, str]] = {
     "adv/reward_mean": ("mean reward entering the advantage estimator", "1"),
     "adv/reward_std": ("standard deviation of the rewards entering the advantage estimator", "1"),
     "adv/frac_zero_std": ("fraction of groups whose rewards are all equal (they train nothing)", "1"),
+    "adv/frac_untrainable": ("fraction of groups with fewer than two scorable episodes (they train nothing)", "1"),
+    "adv/masked_truncated": ("truncated episodes given advantage 0 by --mask-truncated", "count"),
     "adv/adv_abs_mean": ("mean absolute advantage", "1"),
     "adv/num_groups": ("groups (prompts) in the step", "count"),
     "rollout/episodes": ("episodes sampled in the step", "count"),
@@ -177,6 +179,8 @@ _EVALUATION = _d({"type": "object", "required": ["label", "step", "tasks", "pass
     "per_family": _d({"type": "object", "additionalProperties": _FAMILY}, "{family: counts}", "object"),
     "pass_at_1": _interval("held-out pass@1 (mean over scored tasks of successes / trials)"),
     "unscorable": _d({"type": "integer", "minimum": 0}, "unscorable episodes over all tasks", "count"),
+    "end_reasons": _d({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                      "{why an episode ended: episodes} over the evaluation's episodes", "count"),
     "tool_stats": _d({"type": "object", "additionalProperties": _num("a tool statistic (see TOOL_STATS)", "count")},
                      "tool statistics, mean per episode over the evaluation's episodes", "object"),
 }}, "one held-out evaluation", "object")
@@ -242,6 +246,14 @@ RESULTS_SCHEMA: dict[str, Any] = {
             "sha256": _d({"type": "string"}, "sha256 of the template text", "text"),
             "source": _d({"type": "string"}, "where the template came from", "text"),
         }}, "the chat template of the run", "object"),
+        "env": _d({"type": "object", "required": ["name", "kwargs", "end_reasons"], "properties": {
+            "name": _d({"type": "string"}, "the environment (agentrl.envs registry name)", "text"),
+            "kwargs": _d({"type": "object"}, "its constructor arguments from the run config", "object"),
+            "max_observation_chars": _d({"type": ["integer", "null"]}, "cap on one tool observation "
+                                        "(head and tail kept, the cut marked)", "characters"),
+            "end_reasons": _d({"type": "array", "items": {"type": "string"}},
+                              "the end reasons this environment can produce (its EnvSpec)", "list"),
+        }}, "the environment of the run", "object"),
     },
 }
 

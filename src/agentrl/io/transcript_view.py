@@ -31,8 +31,12 @@ def parse_transcript_text(text: str) -> dict[str, Any]:
         elif tag.startswith("assistant"):
             out["turns"].append({"text": body, "hit_token_limit": bool(m.group("cut")), "calls": []})
         elif tag == "end":
-            end = re.match(r"(.*), reward (-?[\d.]+|nan)$", body.strip())
-            out["end_reason"], out["reward"] = (end.group(1), float(end.group(2))) if end else (body.strip(), None)
+            end = re.match(r"(.*), (?:reward (-?[\d.]+|nan)|unscorable \(no reward\))$", body.strip())
+            if end:
+                out["end_reason"] = end.group(1)
+                out["reward"] = float(end.group(2)) if end.group(2) else None
+            else:
+                out["end_reason"] = body.strip()
         elif out["turns"]:
             out["turns"][-1]["calls"].append({"name": m.group("name"), "arguments": None, "status": m.group("status"),
                                               "malformed": m.group("why"), "content": body})
@@ -51,7 +55,7 @@ def _episode(rec: dict[str, Any] | None, side: str) -> str:
     turns = rec.get("turns") if rec.get("turns") is not None else parsed["turns"]
     end = rec.get("end_reason") or parsed["end_reason"] or "?"
     reward = rec.get("reward") if rec.get("reward") is not None else parsed["reward"]
-    rtxt = "n/a" if reward is None else f"{reward:.3f}"
+    rtxt = "n/a (unscorable)" if reward is None else f"{reward:.3f}"
     cls = "pass" if reward is not None and reward >= 1.0 else "fail"
     parts = [f'<div class="episode"><h4>{side} <span class="badge {cls}">reward {rtxt}</span> '
              f'<span class="badge end">ended: {_esc(end)}</span></h4>']
