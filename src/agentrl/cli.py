@@ -39,10 +39,12 @@ def _offline_defaults() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every registered sub-command."""
+    """The top-level parser with every registered sub-command (agentrl.cli_args conventions: no prefix
+    abbreviation, dashed flags, defaults in help, "did you mean" under the sub-command that was mistyped)."""
     from agentrl import __version__
+    from agentrl.cli_args import AgentrlParser
 
-    parser = argparse.ArgumentParser(prog="agentrl", description="Train LLM coding agents with RL (GRPO).")
+    parser = AgentrlParser(prog="agentrl", description="Train LLM coding agents with RL (GRPO).")
     parser.add_argument("--version", action="version", version=f"agentrl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -18,7 +18,8 @@ def test_every_field_has_a_flag_with_help():
     flags = {opt: a for a in parser._actions for opt in a.option_strings}
     for f in dataclasses.fields(RLConfig):
         assert f.metadata.get("help"), f.name
-        action = flags[f"--{f.name}"]
+        action = flags[f"--{f.name.replace('_', '-')}"]
+        assert flags.get(f"--{f.name}", action) is action  # the underscore spelling is the same flag
         assert action.dest == f.name and f.metadata["help"] in action.help
 
 

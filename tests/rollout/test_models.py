@@ -85,3 +85,14 @@ def test_folder_without_tokenizer_or_config_says_so(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="has no config.json"):
         load_policy(str(tmp_path / "empty"), tokenizer_path=resolve_asset("qwen3-tokenizer"))
+
+
+def test_local_folder_without_weights_is_not_told_about_the_hf_cache(tmp_path):
+    src = resolve_asset("qwen3-tokenizer")
+    for f in src.iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+    tiny_qwen3_config().save_pretrained(tmp_path)  # config.json and tokenizer, no weight files
+    with pytest.raises(FileNotFoundError, match="without weights") as e:
+        load_policy(str(tmp_path))
+    assert "HF cache" not in str(e.value) and "--allow-download" not in str(e.value)

@@ -8,21 +8,21 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    """Add `train` and `eval`; both take every RLConfig field as a flag (`agentrl train --help`)."""
-    from agentrl.rl.config import rlconfig_parser
+    """Add `train` (every RLConfig field as a flag) and `eval` (all but the TRAIN_ONLY fields)."""
+    from agentrl.rl.config import TRAIN_ONLY, add_rlconfig_flags
 
-    # one parent parser each: argparse shares parent actions by reference, so set_defaults on one
-    # sub-command would change the other's defaults
     p = subparsers.add_parser(
-        "train", parents=[rlconfig_parser(add_help=False)], help="GRPO training with held-out evaluation before and after",
+        "train", help="GRPO training with held-out evaluation before and after",
         description="Train a policy with GRPO. With no flags: tiny-qwen3 on CPU, coding-tools, a few steps.",
     )
+    add_rlconfig_flags(p)
     p.set_defaults(func=train_main)
     e = subparsers.add_parser(
-        "eval", parents=[rlconfig_parser(add_help=False)], help="held-out evaluation of a model (no training)",
+        "eval", help="held-out evaluation of a model (no training)",
         description="Evaluate --model on the held-out tasks of --tasks with --env (eval_n episodes per task); "
         "writes <out>/results.json (default runs/eval) with per-task counts and a task-level bootstrap interval.",
     )
+    add_rlconfig_flags(e, exclude=TRAIN_ONLY)  # no --steps, --lr, --resume, ...: they do not apply
     e.set_defaults(func=eval_main, out="runs/eval")  # never the training default: evaluating
     # runs/default/checkpoints/... must not move that run aside
 

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import agentrl.cli_args as _cli_args
+
 AdvMode = Literal["grpo", "dr_grpo", "rloo", "none"]
 ADV_MODES: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "none")
 
@@ -235,21 +237,77 @@ class RLConfig:
         return cls(**values)
 
 
-def rlconfig_parser(*, add_help: bool = True) -> Any:
-    """A `transformers.HfArgumentParser` with one `--flag` per RLConfig field (help from metadata).
+# fields `agentrl eval` does not take: they only shape the optimization (eval keeps their defaults)
+TRAIN_ONLY: tuple[str, ...] = (
+    "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
+    "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
+    "gradient_checkpointing", "steps", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
+)
+# help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
+NEGATIVE_HELP: dict[str, str] = {
+    "randomize_names": "Keep the function under test's original name (it may hint at the bug).",
+}
 
-    Booleans get `--flag [true|false]` and `--no_flag` / `--no-flag`; Literal fields get `choices`; `top_k` takes an int.
-    For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
-    and build the config with `config_from_args(namespace)`.
+
+def _str_to_bool(v: str) -> bool:
+    """`true/false/yes/no/t/f/y/n/1/0` (any case) -> bool; else argparse.ArgumentTypeError."""
+    import argparse
+
+    s = str(v).lower()
+    if s in ("true", "t", "yes", "y", "1"):
+        return True
+    if s in ("false", "f", "no", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
+
+
+class RLConfigParser(_cli_args.AgentrlParser):
+    """The RLConfig flags on an AgentrlParser; `parse_args_into_dataclasses` as in HfArgumentParser."""
+
+    def parse_args_into_dataclasses(self, args: list[str] | None = None) -> tuple[RLConfig]:
+        """Parse `args` (default sys.argv[1:]) into a one-element tuple `(RLConfig,)`; exit 2 on bad flags."""
+        return (config_from_args(self.parse_args(args)),)
+
+
+def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
+    """Add one `--flag` (dashed, with an underscore twin) per RLConfig field not in `exclude`.
+
+    Booleans take `--flag [true|false]` (bare `--flag` = true) and `--no-flag` with its own help
+    (NEGATIVE_HELP); Literal fields get `choices`; `top_k` takes an int.
+    Excluded fields are set to their defaults (`set_defaults`), so `config_from_args` still works.
+    Standard library only: no transformers import while the CLI builds its parsers.
     """
-    from transformers import HfArgumentParser
+    import typing
 
-    parser = HfArgumentParser(RLConfig, add_help=add_help)
-    for f in dataclasses.fields(RLConfig):  # HF adds --no_flag only for flags that default to True
-        if f.default is False:
-            parser.add_argument(f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}", dest=f.name,
-                                action="store_false", help=f"Turn --{f.name} off (the default).")
-    return parser
+    hints = typing.get_type_hints(RLConfig)
+    for f in dataclasses.fields(RLConfig):
+        if f.name in exclude:
+            parser.set_defaults(**{f.name: f.default})
+            continue
+        flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
+        kind, help_ = hints[f.name], f.metadata["help"]
+        if kind is bool:
+            parser.add_argument(*flags, type=_str_to_bool, nargs="?", const=True, default=f.default,
+                                metavar="{true,false}", help=help_)
+            neg = [f"--no-{f.name.replace('_', '-')}"] + ([f"--no_{f.name}"] if "_" in f.name else [])
+            off = NEGATIVE_HELP.get(f.name, f"Turn {flags[0]} off" + ("." if f.default else " (the default)."))
+            parser.add_argument(*neg, dest=f.name, action="store_false", help=off)
+        elif typing.get_origin(kind) is Literal:
+            parser.add_argument(*flags, choices=typing.get_args(kind), default=f.default, help=help_)
+        else:
+            base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+            parser.add_argument(*flags, type=base, default=f.default, help=help_)
+
+
+def rlconfig_parser(*, add_help: bool = True, exclude: tuple[str, ...] = ()) -> RLConfigParser:
+    """An RLConfigParser with one `--flag` per RLConfig field (help from metadata, defaults shown).
+
+    For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
+    and build the config with `config_from_args(namespace)`; or call `add_rlconfig_flags(sub_parser)`.
+    """
+    p = RLConfigParser(add_help=add_help)
+    add_rlconfig_flags(p, exclude=exclude)
+    return p
 
 
 def config_from_args(args: Any) -> RLConfig:

@@ -125,6 +125,23 @@ def tiny_qwen3_config(**overrides: Any):
     return Qwen3Config(**raw)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def _load_hint(path: Path, allow_download: bool) -> str:
+    """Advice for a model that failed to load: a local folder needs its weight files; only a hub id
+    can come from the HF cache or a download."""
+    if path.is_dir():
+        if not any((path / f).is_file() for f in WEIGHT_FILES):
+            return (f" (a local folder without weights: it needs one of {', '.join(WEIGHT_FILES)}, as written by "
+                    f"save_pretrained; an agentrl checkpoint keeps them in step_N/model/)")
+        return " (a local folder: its config.json or weight files are unreadable or do not match)"
+    if allow_download:
+        return ""
+    return " (a hub id, local files only: put it in the HF cache or pass --allow-download)"
+
+
 def load_policy(
     name_or_path: str | os.PathLike,
     dtype: str = "float32",
@@ -194,8 +211,8 @@ def load_policy(
                 str(name_or_path), dtype=torch_dtype, local_files_only=not allow_download
             )
         except OSError as e:
-            hint = "" if allow_download else " (local files only: put it in the HF cache or pass --allow-download)"
-            raise FileNotFoundError(f"could not load model {str(name_or_path)!r}{hint}: {e}") from e
+            raise FileNotFoundError(f"could not load model {str(name_or_path)!r}"
+                                    f"{_load_hint(p, allow_download)}: {e}") from e
     if chat_template:
         from agentrl.chat.bundled import apply_chat_template
 

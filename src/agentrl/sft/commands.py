@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.cli_checks import positive_int
-from agentrl.sft.trainer import SFTConfig
+from agentrl.sft.config import SFTConfig
 
 log = logging.getLogger("agentrl.sft")
 
