@@ -39,17 +39,18 @@ def test_sft_saves_adapters_that_load_as_a_model(tmp_path):
 @pytest.mark.slow
 def test_grpo_with_lora_checkpoints_adapters_and_resumes(tmp_path):
     out = tmp_path / "run"
-    run = ["--model", "tiny-qwen3", "--env", "edit-menu", "--max-new-tokens", "8", "--max-turns", "2",
-           "--device", "cpu", "--eval-size", "2", "--eval-n", "1", "--n-boot", "200", "--group-size", "2",
-           "--prompts-per-step", "2", "--train-size", "4", *LORA, "--kl-coef", "0.05", "--checkpoint-every", "1",
-           "--out", str(out)]
+    evaluation = ["--env", "edit-menu", "--max-new-tokens", "8", "--max-turns", "2", "--device", "cpu",
+                  "--eval-size", "2", "--eval-n", "1", "--n-boot", "200"]
+    run = ["--model", "tiny-qwen3", *evaluation, "--group-size", "2", "--prompts-per-step", "2",
+           "--train-size", "4", *LORA, "--kl-coef", "0.05", "--checkpoint-every", "1", "--out", str(out)]
     assert main(["train", *run, "--steps", "1"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "completed" and res["model"]["lora"] is True
     assert 0 < res["model"]["trainable_parameters"] < res["model"]["parameters"] / 10
     model_dir = out / "checkpoints" / "step_000001" / "model"
     assert (model_dir / "adapter_model.safetensors").is_file() and not (model_dir / "model.safetensors").exists()
-    assert main(["eval", *run[:-2], "--out", str(tmp_path / "eval"), "--model", str(model_dir.parent)]) == 0
+    # eval takes no training flags; the checkpoint folder names its base model and adapters
+    assert main(["eval", *evaluation, "--out", str(tmp_path / "eval"), "--model", str(model_dir.parent)]) == 0
     assert main(["train", *run, "--steps", "2", "--resume"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert [s["step"] for s in res["steps"]] == [0, 1] and res["status"] == "completed"

@@ -124,13 +124,13 @@ def test_model_name_resolves_in_train_eval_smoke_and_sft(tiny_spec, tiny_gguf, t
     path, _ = tiny_gguf
     assert main(["assets", "fetch", "tiny-gguf-test", "--from", str(path)]) == 0
     small = ["--env", "edit-menu", "--max-new-tokens", "8", "--max-turns", "2", "--device", "cpu"]
-    run = ["--model", "tiny-gguf-test", *small, "--eval-size", "2", "--eval-n", "1", "--n-boot", "200",
-           "--group-size", "2", "--prompts-per-step", "2", "--train-size", "4", "--steps", "1"]
+    evaluation = ["--model", "tiny-gguf-test", *small, "--eval-size", "2", "--eval-n", "1", "--n-boot", "200"]
+    run = [*evaluation, "--group-size", "2", "--prompts-per-step", "2", "--train-size", "4", "--steps", "1"]
     assert main(["train", *run, "--out", str(tmp_path / "train")]) == 0
     res = json.loads((tmp_path / "train" / "results.json").read_text())
     assert res["status"] == "completed" and res["chat_template"]["name"] == "model"
     assert res["chat_template"]["source"] == bundled_template("chatml-tools").source
-    assert main(["eval", *run, "--out", str(tmp_path / "eval")]) == 0
+    assert main(["eval", *evaluation, "--out", str(tmp_path / "eval")]) == 0  # eval takes no training flags
     assert main(["smoke", "--model", "tiny-gguf-test", "--env", "edit-menu", "--episodes", "2",
                  "--max-new-tokens", "8", "--show", "0"]) == 0
     assert main(["sft", "--model", "tiny-gguf-test", "--env", "edit-menu", "--n-tasks", "4", "--epochs", "1",

@@ -220,7 +220,7 @@ class RunSession:
     out: Path
     model: Any
     tokenizer: Any
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None  # None for an evaluation of a frozen model
     sandbox: Any
     tasks: TaskSets
     results: Any
@@ -454,8 +454,11 @@ class RunSession:
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         model = _with_lora(cfg, model)
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                                weight_decay=cfg.weight_decay)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        if not trainable and cfg.steps > 0:
+            raise ValueError(f"--model {cfg.model}: no trainable parameters (a frozen model cannot be trained)")
+        # an evaluation (steps 0) of a frozen model, e.g. a merged LoRA checkpoint, needs no optimizer
+        opt = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay) if trainable else None
         ref = None
         if cfg.kl_coef > 0:  # LoRA: the policy with its adapters off is the reference (no second copy)
             ref = AdapterOffReference(model) if cfg.lora_r else copy.deepcopy(model).eval().requires_grad_(False)
