@@ -11,6 +11,7 @@ import socket
 import pytest
 
 from agentrl.sandbox import TestJob
+from agentrl.sandbox._child import HERMETIC_ENV
 
 SRC = "def add(a, b):\n    return a + b\n"
 
@@ -78,7 +79,8 @@ def test_environment_holds_only_three_variables(sb):
         r = run_py(sb, "import os\nprint(sorted(os.environ))\nprint(os.environ['HOME'] == os.getcwd())\n")
     finally:
         del os.environ["AGENTRL_TEST_SECRET"]
-    assert r.stdout == "['HOME', 'LANG', 'PATH']\nTrue\n"
+    # the three passed through from the trainer, plus the fixed hermetic settings (no trainer secret)
+    assert r.stdout == f"{sorted({'HOME', 'LANG', 'PATH', *HERMETIC_ENV})}\nTrue\n"
 
 
 def test_trainer_secrets_env_files_and_proc(sb, tmp_path):

@@ -1,6 +1,7 @@
 """PythonSession: state persists across calls; timeouts and crashes restart the worker and say so."""
 
 from agentrl.sandbox import SessionResult
+from agentrl.sandbox._child import HERMETIC_ENV
 
 
 def test_state_persists_and_tracebacks_come_back(sb):
@@ -33,7 +34,7 @@ def test_session_limits_hold(sb):
         r = s.execute("import os\nos.fork()")
         assert "BlockingIOError" in r.stderr
         r = s.execute("import os\nprint(sorted(os.environ))")
-        assert r.stdout == "['HOME', 'LANG', 'PATH']\n"
+        assert r.stdout == f"{sorted({'HOME', 'LANG', 'PATH', *HERMETIC_ENV})}\n"
 
 
 def test_restart_and_close_are_safe(sb):

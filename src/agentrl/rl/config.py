@@ -289,7 +289,7 @@ def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
         if kind is bool:
             parser.add_argument(*flags, type=_str_to_bool, nargs="?", const=True, default=f.default,
                                 metavar="{true,false}", help=help_)
-            neg = [f"--no-{f.name.replace('_', '-')}"] + ([f"--no_{f.name}"] if "_" in f.name else [])
+            neg = [f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"]  # the underscore twin is hidden in help
             off = NEGATIVE_HELP.get(f.name, f"Turn {flags[0]} off" + ("." if f.default else " (the default)."))
             parser.add_argument(*neg, dest=f.name, action="store_false", help=off)
         elif typing.get_origin(kind) is Literal:
