@@ -309,3 +309,20 @@ def test_wordle_training_envs_get_the_word_list():
     assert env.step([ToolCall("guess", {"word": "zzzzz"})]).results[0].status == "failed"  # not a word: refused
     assert env.step([ToolCall("guess", {"word": secret.id.removeprefix("wordle-")})]).results[0].status == "ok"
     assert env.reward() == 1.0
+
+
+def test_time_budget_stops_training_and_still_evaluates(tmp_path):
+    cfg = _cfg(tmp_path, steps=3, max_train_s=1e-9, checkpoint_every=0, minibatches=1)  # over budget after step 1
+    data = validate_results(_run(cfg))
+    assert data["status"] == "completed"
+    assert [s["step"] for s in data["steps"]] == [0]
+    assert data["stopped_early"]["reason"] == "max_train_s"
+    assert (data["stopped_early"]["steps_done"], data["stopped_early"]["steps_planned"]) == (1, 3)
+    after = [e for e in data["evaluations"] if e["label"] == "after"]
+    assert len(after) == 1 and after[0]["step"] == 1 and len(data["paired"]) == 1
+    assert "time budget" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_time_budget_must_not_be_negative():
+    with pytest.raises(ValueError, match="max_train_s"):
+        RLConfig(max_train_s=-1.0)

@@ -44,3 +44,31 @@ def test_small_qwen3_preset_config():
     cfg = tiny_qwen3_config(**SMALL_QWEN3_OVERRIDES)
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.head_dim) == (4, 384, 64)
     assert cfg.vocab_size == 151936 and cfg.tie_word_embeddings
+
+
+def test_sft_on_wordle_plays_real_games_from_the_training_split(tmp_path):
+    """`--tasks wordle`: the expert plays consistent guesses over the word list (several guesses, each
+    a word of the list); the saved trajectories are Wordle games, none of them a held-out word."""
+    from agentrl.tasks.words import load_words, word_split
+
+    words = set(load_words())
+    out = tmp_path / "run"
+    rc = main(["sft", "--env", "wordle", "--tasks", "wordle", "--n-tasks", "6", "--epochs", "1", "--batch", "2",
+               "--micro", "2", "--out", str(out), "--save-jsonl", str(tmp_path / "w.jsonl"), "--device", "cpu"])
+    assert rc == 0
+    recs = [json.loads(line) for line in (tmp_path / "w.jsonl").read_text().splitlines()]
+    assert len(recs) == 6
+    summary = json.loads((out / "sft_summary.json").read_text())
+    assert summary["data"]["trajectories"] == 6
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(out))
+    from agentrl.chat.parse import parse_tool_calls
+
+    played = []
+    for r in recs:
+        text = tok.decode([t for t, m in zip(r["completion_ids"], r["policy_mask"], strict=True) if m])
+        played.append([c.arguments["word"] for c in parse_tool_calls(text)[0] if c.name == "guess"])
+    assert all(len(g) >= 1 for g in played) and max(len(g) for g in played) >= 2
+    assert all(w in words for game in played for w in game)
+    assert all(word_split(game[-1]) == "train" for game in played)  # solved games end on their (train) secret

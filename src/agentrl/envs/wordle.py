@@ -146,6 +146,16 @@ def wordle_turns(task: Task, rng: random.Random, random_op: bool = False, words:
     return turns
 
 
+def registry_expert(task: Task, rng: random.Random, random_op: bool = False) -> list[list[ToolCall]]:
+    """The expert as the registry plays it (`agentrl sft --env wordle`, check): `wordle_turns` over the
+    default word list, so its games are real games (without a list it would guess the secret at once).
+
+    Raises:
+        FileNotFoundError: no word list (Debian's `wamerican`, or $AGENTRL_WORDS).
+    """
+    return wordle_turns(task, rng, random_op=random_op, words=sorted(default_words()))
+
+
 @functools.cache
 def default_words() -> frozenset[str]:
     """The default Wordle dictionary (agentrl.tasks.words.load_words), loaded once per process."""
@@ -160,7 +170,7 @@ def _config_kwargs(cfg: Any) -> dict[str, Any]:
 
 
 ENV_SPEC = EnvSpec(
-    name="wordle", cls=WordleEnv, expert=wordle_turns,
+    name="wordle", cls=WordleEnv, expert=registry_expert,
     summary="guess a five-letter word in six guesses with per-letter feedback",
     task_sources="Wordle words (--tasks wordle)",
     accepts=lambda task: task.family == "wordle",

@@ -244,6 +244,14 @@ RESULTS_SCHEMA: dict[str, Any] = {
         "noise": _d({"type": "object"}, "noise analysis: step-to-step noise of the training reward vs the eval "
                     "curve, slopes and t statistics (agentrl.eval.noise)", "object"),
         "tasks": _d({"type": "object"}, "task source, training-set size and held-out task ids", "object"),
+        "stopped_early": _d({"type": "object", "required": ["reason", "steps_done", "steps_planned"], "properties": {
+            "reason": _d({"type": "string"}, "why training stopped before cfg.steps (max_train_s)", "text"),
+            "steps_done": _d({"type": "integer"}, "training steps taken", "count"),
+            "steps_planned": _d({"type": "integer"}, "cfg.steps", "count"),
+            "train_s": _num("seconds the training steps took", "s"),
+            "budget_s": _num("the time budget (cfg.max_train_s)", "s"),
+        }}, "present only when training stopped before its planned steps; the evaluation after still ran",
+            "object"),
         "chat_template": _d({"type": "object", "required": ["name", "sha256", "source"], "properties": {
             "name": _d({"type": "string"}, "the chat template used (the model's own or a bundled one)", "text"),
             "sha256": _d({"type": "string"}, "sha256 of the template text", "text"),

@@ -118,6 +118,9 @@ class RLConfig:
     allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
+    max_train_s: float = _f(0.0, "Wall-clock budget in seconds for the training steps (0 = none): no new step "
+                            "starts once it has passed; the evaluation after, the paired difference and the "
+                            "results still follow, recording the steps done (results 'stopped_early').")
     seed: int = _f(0, "Seed for task sampling, generation, bootstrap and everything else.")
     eval_n: int = _f(4, "Held-out episodes per task before and after training (and per eval-curve point).")
     eval_every: int = _f(0, "Evaluate the fixed held-out set every K steps (0 = only before and after).")
@@ -208,6 +211,7 @@ class RLConfig:
             "top_p": (0.0 < self.top_p <= 1.0, "in (0, 1]"),
             "top_k": (self.top_k is None or self.top_k >= 1, "None or >= 1"),
             "kl_coef": (self.kl_coef >= 0, ">= 0"),
+            "max_train_s": (self.max_train_s >= 0, ">= 0 (0 = no budget)"),
             "lr": (self.lr > 0, "> 0"),
             "weight_decay": (self.weight_decay >= 0, ">= 0"),
             "max_grad_norm": (self.max_grad_norm > 0, "> 0"),
@@ -241,7 +245,7 @@ class RLConfig:
 TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
-    "gradient_checkpointing", "steps", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
+    "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
 )
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {

@@ -321,12 +321,13 @@ class RunSession:
         self.agents.clear()
 
     # -- persistence ------------------------------------------------------------------------------
-    def checkpoint(self, step: int) -> Path | None:
-        """Save a checkpoint after `step` completed steps when the schedule says so (and at the end)."""
+    def checkpoint(self, step: int, final: bool = False) -> Path | None:
+        """Save a checkpoint after `step` completed steps when the schedule says so (and at the end: the
+        last step, or `final` when the run stops early)."""
         from agentrl.rl.checkpoint import prune_checkpoints, save_checkpoint
 
         every = self.cfg.checkpoint_every
-        if not every or (step % every and step != self.cfg.steps):
+        if not every or (step % every and step != self.cfg.steps and not final):
             return None
         path = save_checkpoint(self.out / "checkpoints", step, self.model, self.optimizer, extra={"step": step},
                                tokenizer=self.tokenizer)

@@ -177,15 +177,16 @@ def _trials_text(trials: list[int]) -> str:
     return str(trials[0]) if len(set(trials)) == 1 else str(trials)
 
 
-def record_paired_difference(sess: RunSession, after: EvalReport) -> None:
+def record_paired_difference(sess: RunSession, after: EvalReport, step: int | None = None) -> None:
     """after - before on the held-out set (the "before" report read back from the results file, so a
     resumed run pairs with the evaluation it made before the interruption), logged, recorded and
-    sent to the tracker."""
+    sent to the tracker at global step `step` (default: cfg.steps)."""
     before = EvalReport.from_dict(sess.results.evaluation("before"))
     paired = paired_difference(before, after, bootstrap_config(sess.cfg))
     rec = sess.results.add_paired_difference(paired)
     if sess.tracker is not None:
-        sess.tracker.log(eval_metrics(sess.results.evaluation("after"), rec), sess.cfg.steps)
+        sess.tracker.log(eval_metrics(sess.results.evaluation("after"), rec),
+                         sess.cfg.steps if step is None else step)
     log.info("paired difference after - before: %s over %d tasks", paired.diff.describe(signed=True),
              len(paired.task_ids))
 
@@ -237,6 +238,7 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
         steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step,
                                            unit="steps")
         steps = _async_steps(sess) if cfg.async_rollouts else _sync_steps(sess)
+        done, t_train = sess.start_step, time.perf_counter()
         for step, metrics in steps:
             sess.progress.advance(steps_bar)
             sess.results.add_step(step, metrics)
@@ -245,9 +247,13 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
             done = step + 1
             if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
                 run_eval(sess, f"step_{done}", done)
-            sess.checkpoint(done)
+            over_budget = _over_time_budget(sess, done, time.perf_counter() - t_train)
+            sess.checkpoint(done, final=over_budget)
+            if over_budget:
+                steps.close()  # an async producer stops here
+                break
         sess.progress.remove_task(steps_bar)
-        record_paired_difference(sess, run_eval(sess, "after", cfg.steps))
+        record_paired_difference(sess, run_eval(sess, "after", done), step=done)
         if len(sess.results.data["steps"]) >= 3:
             sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
@@ -255,6 +261,20 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         write_plots_and_report(sess)
         return sess.results_path
+
+
+def _over_time_budget(sess: RunSession, done: int, elapsed_s: float) -> bool:
+    """True when cfg.max_train_s (> 0) has passed after `done` < cfg.steps steps: the run then stops taking
+    steps, records `stopped_early` (reason, steps done of planned, seconds) and goes on to the evaluation
+    after."""
+    budget = sess.cfg.max_train_s
+    if not budget or done >= sess.cfg.steps or elapsed_s < budget:
+        return False
+    sess.results.set("stopped_early", {"reason": "max_train_s", "steps_done": done, "steps_planned": sess.cfg.steps,
+                                       "train_s": round(elapsed_s, 3), "budget_s": budget})
+    log.warning("training time budget of %.0f s reached after %d of %d steps (%.0f s); evaluating now",
+                budget, done, sess.cfg.steps, elapsed_s)
+    return True
 
 
 def _sync_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:

@@ -29,7 +29,10 @@ class SFTRunConfig:
         model / tokenizer: a preset ("tiny-qwen3", "small-qwen3"), a fetched model ("smollm2-135m-instruct"),
             a folder, or an HF id in the cache.
         chat_template: replace the model's template (bundled "chatml-tools" or a path); saved with the output.
-        n_tasks / families / split: bug-fix tasks to play (agentrl.tasks.make_tasks; names randomized).
+        tasks: task source the expert plays: "bugfix" (generated bug-fix tasks) or any other `agentrl train
+            --tasks` source with a training split (e.g. "wordle"; agentrl.tasks.task_sets).
+        n_tasks / families / split: tasks to play (bug-fix: agentrl.tasks.make_tasks, names randomized;
+            another source: the first n_tasks of its shuffled training split).
         random_op: the expert follows the procedure but picks the edit op at random from the menu.
         max_turns: environment turn limit (None: its default).
         from_jsonl: train on this JSONL (token-level or chat-messages records) instead of expert episodes.
@@ -46,6 +49,7 @@ class SFTRunConfig:
     model: str = "tiny-qwen3"
     tokenizer: str | None = None
     chat_template: str | None = None
+    tasks: str = "bugfix"
     n_tasks: int = 200
     families: str | None = None
     split: str = "train"
@@ -75,6 +79,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chat-template", default=d.chat_template,
                    help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path; "
                         "saved with the output model")
+    p.add_argument("--tasks", default=d.tasks,
+                   help="task source the expert plays: bugfix (default) | wordle | another train --tasks source")
     p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
     p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
     p.add_argument("--split", default=d.split, choices=("train", "heldout"))
@@ -127,9 +133,17 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
     from agentrl.sandbox import Sandbox
     from agentrl.tasks import make_tasks, randomize_names
 
-    families = [f.strip() for f in run.families.split(",") if f.strip()] if run.families else None
-    rng = random.Random(cfg.seed)
-    tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
+    if run.tasks != "bugfix":
+        from agentrl.tasks.sets import task_sets
+
+        sets = task_sets(run.tasks, train_size=run.n_tasks, families=run.families or "", seed=cfg.seed)
+        tasks = list(sets.train if run.split == "train" else sets.heldout)[: run.n_tasks]
+        if not tasks:
+            raise ValueError(f"--tasks {run.tasks!r} has no {run.split} tasks for the expert to play")
+    else:
+        families = [f.strip() for f in run.families.split(",") if f.strip()] if run.families else None
+        rng = random.Random(cfg.seed)
+        tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
                                max_turns=run.max_turns, enable_thinking=run.thinking)
 
