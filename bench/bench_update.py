@@ -1,11 +1,15 @@
-"""Benchmark: GRPO update tokens/s and peak memory, ours (LM head at policy positions, chunked) vs full logits.
+"""Benchmark: GRPO update tokens/s and memory: packed (padding-free trunk, LM head at policy positions) vs
+padded (same head, padded trunk) vs full logits.
 
-Not a test. Both methods run the same agentrl.rl.update.minibatch_step (same batch, same microbatching,
-same loss, same optimizer) in this process; the naive one swaps the log-prob function for one that
-materialises the full [micro, L, V] logits (what the write-up's trainer did). Configurations: the write-up's
-8 prompts x 8 samples = 64 rows of ~--length tokens (prompt, then alternating policy / tool segments),
-fp32 and bf16, gradient checkpointing off and on. Each configuration gets a fresh random-weight model and
-AdamW; one warm-up update, then --repeats timed updates (median tokens/s, max peak). OOM is reported per row.
+Not a test. All methods run the same agentrl.rl.update.minibatch_step (same batch, same microbatching,
+same loss, same optimizer) in this process: `packed` is the default (cfg.pack_rows), `padded` sets
+pack_rows=False, `naive` swaps the log-prob function for one that materialises the full [micro, L, V]
+logits (what the write-up's trainer did). Configurations: the write-up's 8 prompts x 8 samples = 64 rows of
+~--length tokens (prompt, then alternating policy / tool segments), fp32 and bf16, gradient checkpointing
+off / on / sel (selective: matmul and attention outputs kept, element-wise work recomputed). Each
+configuration gets a fresh random-weight model and AdamW; one warm-up update, then --repeats timed updates
+(median tokens/s, max peak). "Above static" = peak minus the memory allocated just before the timed update
+(weights + AdamW state). OOM is reported per row.
 
     PYTHONPATH=src python bench/bench_update.py --device cuda [--config PATH]
     PYTHONPATH=src python bench/bench_update.py --device cpu --tiny --rows 8 --length 96   # smoke
@@ -28,11 +32,12 @@ from agentrl.rl.config import RLConfig
 from agentrl.rl.logprobs import policy_logprobs
 
 
-def naive_logprobs(model, input_ids, attention_mask, policy_mask, *, chunk_rows: int = 0, temperature: float = 1.0):
+def naive_logprobs(model, input_ids, attention_mask, policy_mask, *, chunk_rows: int = 0, temperature: float = 1.0,
+                   pack: bool | None = None):
     """Full-logit log-probs: model(...).logits [N, L, V] in fp32, log_softmax over all of it, then gather.
 
     Same outputs as agentrl.rl.logprobs.policy_logprobs ([N, L] logp and entropy, 0 off-policy); `chunk_rows`
-    is accepted and ignored. Entropy is taken at policy positions only (the [N, L, V] tensor is already built).
+    and `pack` are accepted and ignored (always padded). Entropy is taken at policy positions only (the [N, L, V] tensor is already built).
     """
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [N, L, V]
     logp_all = torch.log_softmax(logits[:, :-1], dim=-1)  # [N, L-1, V]
@@ -70,28 +75,33 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
     return TrainBatch(ids, am, pm, old.float(), adv, rewards)
 
 
-def run_config(args, dtype: str, gc: bool, method: str) -> dict:
+def run_config(args, dtype: str, gc: str, method: str) -> dict:
     free(args.device)
     model = make_model(args.config, "float32" if dtype == "fp32" else "bfloat16", args.device, tiny=args.tiny)
-    if gc:
-        update.enable_gradient_checkpointing(model)
+    if gc != "off":
+        update.enable_gradient_checkpointing(model, selective=gc == "sel")
     model.train()
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
     cfg = RLConfig(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
-                   gradient_checkpointing=gc, lr=1e-6)
+                   gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     saved = update.policy_logprobs
     update.policy_logprobs = naive_logprobs if method == "naive" else policy_logprobs
+    runs, static = [], []
     try:
         update.minibatch_step(model, opt, batch, cfg)  # warm-up: optimizer state, kernels
-        runs = [update.minibatch_step(model, opt, batch, cfg) for _ in range(args.repeats)]
+        for _ in range(args.repeats):
+            free(args.device)
+            static.append(torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0)
+            runs.append(update.minibatch_step(model, opt, batch, cfg))
     finally:
         update.policy_logprobs = saved
         del model, opt
+    peak = max(r["peak_memory_bytes"] for r in runs)
     return {"tok_s": statistics.median(r["tokens_per_s"] for r in runs),
             "all_tok_s": statistics.median(float(batch.attention_mask.sum()) / r["update_s"] for r in runs),
-            "peak_gib": max(r["peak_memory_bytes"] for r in runs) / 2**30,
+            "peak_gib": peak / 2**30, "above_gib": (peak - max(static)) / 2**30,
             "policy_tokens": int(batch.num_policy_tokens), "tokens": int(batch.attention_mask.sum()),
             "loss": runs[-1]["loss"]}
 
@@ -110,8 +120,30 @@ def check_naive(args) -> str:
 
 
 COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),
-           ("ours_tok_s", ".0f"), ("naive_tok_s", ".0f"), ("speed_ratio", ".2f"), ("ours_peak_gib", ".2f"),
-           ("naive_peak_gib", ".2f"), ("mem_ratio", ".3f")]
+           ("packed_all_tok_s", ".0f"), ("padded_all_tok_s", ".0f"), ("naive_all_tok_s", ".0f"),
+           ("speed_ratio", ".2f"), ("packed_peak_gib", ".2f"), ("naive_peak_gib", ".2f"),
+           ("packed_above_gib", ".2f"), ("padded_above_gib", ".2f"), ("naive_above_gib", ".2f"), ("mem_ratio", ".3f")]
+
+
+def run_row(args, dtype: str, gc: str) -> dict:
+    """One table row: every method of args.methods on (dtype, gc), and the packed/naive ratios."""
+    row: dict = {"dtype": dtype, "grad_ckpt": gc, "rows": args.rows}
+    res = {}
+    for method in args.methods:
+        try:
+            res[method] = r = run_config(args, dtype, gc, method)
+            row.update(tokens=r["tokens"], policy_tok=r["policy_tokens"])
+            row[f"{method}_all_tok_s"], row[f"{method}_peak_gib"] = r["all_tok_s"], r["peak_gib"]
+            row[f"{method}_above_gib"] = r["above_gib"]
+        except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
+            row[f"{method}_all_tok_s"] = "OOM" if is_oom(e) else "ERR"
+            traceback.print_exc()
+        free(args.device)
+    if "packed" in res and "naive" in res:
+        row["speed_ratio"] = res["packed"]["all_tok_s"] / res["naive"]["all_tok_s"]
+        if res["naive"]["above_gib"] > 0:
+            row["mem_ratio"] = res["packed"]["above_gib"] / res["naive"]["above_gib"]
+    return row
 
 
 def main() -> int:
@@ -129,7 +161,8 @@ def main() -> int:
     p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
+    p.add_argument("--gc", nargs="+", default=["off", "sel", "on"], choices=["off", "sel", "on"])
+    p.add_argument("--methods", nargs="+", default=["packed", "padded", "naive"], choices=["packed", "padded", "naive"])
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:
         p.error("--rows must be a multiple of --group, and --prompt < 3/4 --length")
@@ -138,24 +171,11 @@ def main() -> int:
     table.note(check_naive(args))
     for dtype in args.dtypes:
         for gc in args.gc:
-            row = {"dtype": dtype, "grad_ckpt": gc, "rows": args.rows}
-            res = {}
-            for method in ("ours", "naive"):
-                try:
-                    res[method] = run_config(args, dtype, gc == "on", method)
-                    row.update(tokens=res[method]["tokens"], policy_tok=res[method]["policy_tokens"])
-                    row[f"{method}_tok_s"] = res[method]["tok_s"]
-                    row[f"{method}_peak_gib"] = res[method]["peak_gib"]
-                except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
-                    row[f"{method}_tok_s"] = "OOM" if is_oom(e) else "ERR"
-                    traceback.print_exc()
-                free(args.device)
-            if len(res) == 2:
-                row["speed_ratio"] = res["ours"]["tok_s"] / res["naive"]["tok_s"]
-                row["mem_ratio"] = res["ours"]["peak_gib"] / res["naive"]["peak_gib"]
-            table.add(**row)
-    table.note("tok_s: policy tokens / update wall s (minibatch_step); peak: CUDA max allocated (CPU: process "
-               "peak RSS, cumulative); speed_ratio = ours/naive tokens/s; mem_ratio = ours/naive peak")
+            table.add(**run_row(args, dtype, gc))
+    table.note("all_tok_s: all real tokens (prompt + completion, what the trunk runs) / update wall s "
+               "(minibatch_step); peak: CUDA max allocated (CPU: process peak RSS, cumulative); above: peak minus "
+               "weights + AdamW state; speed_ratio = packed/naive tokens/s; mem_ratio = packed/naive above-static; "
+               "targets (issue 15): speed_ratio >= 1.5 and packed bf16 >= 70k tokens/s; mem_ratio <= 0.3")
     return 0
 
 

@@ -92,6 +92,8 @@ class RLConfig:
                                                 "LM head) or comma-separated names (q_proj,v_proj).")
     lora_merge: bool = _f(False, "With lora_r > 0: also write <out>/merged, the adapters merged into a plain model.")
     logprob_chunk_rows: int = _f(1024, "Policy positions per LM-head chunk (bounds the [rows, vocab] logits).")
+    pack_rows: bool = _f(True, "Run the update's trunk padding-free (rows packed, block-diagonal attention) "
+                         "where the model allows it; same gradient up to float rounding.")
     # -- asynchronous training and black-box agents (docs/blackbox.md)
     async_rollouts: bool = _f(False, "Collect step k+1's episodes while step k trains (a producer thread and a "
                                      "rollout copy of the policy; see --max-staleness).")

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from agentrl.rl.packing import packable, packed_hidden
+
 
 def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """(trunk, head) of a Hugging Face causal LM.
@@ -64,6 +66,7 @@ def policy_logprobs(
     *,
     chunk_rows: int = 1024,
     temperature: float = 1.0,
+    pack: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability and entropy of the policy at each policy position.
 
@@ -75,6 +78,10 @@ def policy_logprobs(
         policy_mask: [N, L]; 1 where input_ids[n, t] was sampled by the policy; column 0 must be 0.
         chunk_rows: policy positions per LM-head call (bounds the [chunk_rows, V] logits).
         temperature: the sampler's temperature; logits are divided by it (rule 2 of DESIGN.md).
+        pack: run the trunk padding-free (agentrl.rl.packing: rows packed into one sequence, block-diagonal
+            causal attention, no compute on padding). None (default): when `packing.packable` says the model
+            and batch allow it; True: required (ValueError if not packable); False: the padded forward.
+            Both give the same values up to float rounding (tested in fp32 and fp64, with gradients).
 
     Returns:
         (logp [N, L], entropy [N, L]), float32 (float64 for an fp64 model): at policy positions (n, t), logp = log softmax(
@@ -93,9 +100,19 @@ def policy_logprobs(
         raise ValueError("policy_logprobs: policy_mask[:, 0] must be 0 (the first token has no context)")
     n, length = input_ids.shape
     trunk, head = split_causal_lm(model)
-    hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [N, L, H]
     rows, cols = policy_mask.nonzero(as_tuple=True)  # [M] each; cols >= 1
-    h_sel = hidden[rows, cols - 1]  # [M, H]: the gather happens BEFORE the head
+    can_pack = hasattr(trunk, "layers") and packable(model, attention_mask)
+    if pack and not can_pack:
+        raise ValueError("policy_logprobs: pack=True but this model or batch cannot be packed "
+                         "(see agentrl.rl.packing.packable: right padding, supported full-attention decoder)")
+    if can_pack and pack is not False:
+        if bool((policy_mask.bool() & ~attention_mask.bool()).any()):
+            raise ValueError("policy_logprobs: policy_mask is 1 on a padding position")
+        hidden, offsets = packed_hidden(trunk, model.config, input_ids, attention_mask)  # [T, H]
+        h_sel = hidden[offsets[rows] + cols - 1]  # [M, H]: the gather happens BEFORE the head
+    else:
+        hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [N, L, H]
+        h_sel = hidden[rows, cols - 1]  # [M, H]
     targets = input_ids[rows, cols]  # [M]
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     logit_scale = getattr(model, "logit_scale", None)

@@ -33,7 +33,8 @@ def accumulate_gradients(
 
     Args:
         batch: the minibatch (any N rows).
-        cfg: needs micro, clip_low, clip_high, kl_coef, temperature, logprob_chunk_rows.
+        cfg: needs micro, clip_low, clip_high, kl_coef, temperature, logprob_chunk_rows; pack_rows (default
+            True: padding-free trunk where agentrl.rl.packing.packable allows, else the padded forward).
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
         ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
             agentrl.models.lora.AdapterOffReference of `model`.
@@ -45,6 +46,7 @@ def accumulate_gradients(
     kl_on = cfg.kl_coef > 0
     if kl_on and ref_model is None:
         raise ValueError("accumulate_gradients: cfg.kl_coef > 0 needs ref_model")
+    pack = None if getattr(cfg, "pack_rows", True) else False
     active = torch.arange(batch.num_rows) if kl_on else (batch.advantages != 0).nonzero().flatten().cpu()
     totals: dict[str, float] = {"loss": 0.0, "tokens_trained": 0.0}
     for start in range(0, active.numel(), cfg.micro):
@@ -52,12 +54,13 @@ def accumulate_gradients(
         if mb.num_policy_tokens == 0:
             continue
         logp, ent = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                    chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
+                                    chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature, pack=pack)
         ref_logp = None
         if ref_model is not None and kl_on:
             with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
                 ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                              chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
+                                              chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,
+                                              pack=pack)
         loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
                                clip_high=cfg.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
                                kl_coef=cfg.kl_coef, entropy=ent, weights=mb.is_weights)
@@ -166,17 +169,42 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def enable_gradient_checkpointing(model: nn.Module) -> None:
+def enable_gradient_checkpointing(model: nn.Module, *, selective: bool = False) -> None:
     """Turn on non-reentrant activation checkpointing of the decoder layers of an HF model, through
     `activation_checkpointing_enable` (transformers >= 5.2x) or `gradient_checkpointing_enable` (older).
     The gradient is unchanged (tested); the model must be in train mode for HF to checkpoint.
 
+    selective: keep the outputs of the matrix products and attention kernels and recompute only the cheap
+    element-wise work in backward (norms with their fp32 copies, RoPE, SiLU, products; torch's
+    selective activation checkpointing): most of the memory saving of full checkpointing without re-running
+    the matmuls.
+
     Raises: ValueError if the model supports neither.
     """
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if selective:
+        from functools import partial
+
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _save_matmuls)
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     elif hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     else:
         raise ValueError(f"enable_gradient_checkpointing: {type(model).__name__} supports no activation checkpointing")
     model.train()
+
+
+_SAVED_OPS = ("mm", "addmm", "bmm", "linear", "attention", "varlen")
+
+
+def _save_matmuls(ctx: Any, op: Any, *args: Any, **kwargs: Any):
+    """Selective-checkpoint policy: save matmul / attention outputs, recompute everything else."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    name = str(getattr(op, "__name__", op)).split(".")[0].lower()
+    if any(k == name or (k in ("attention", "varlen") and k in name) for k in _SAVED_OPS):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE

@@ -1,0 +1,180 @@
+"""Padding-free trunk forward: the rows of a right-padded batch packed into one sequence, no pad token run.
+
+Not the log-prob math (agentrl.rl.logprobs) and not the loss. The real tokens of every row are laid end to
+end ([1, T], T = total real tokens), position ids restart at 0 for each row (what the sampler used), and
+attention is block-diagonal causal, so each token sees exactly the tokens of its own row that precede it:
+the same function as the padded forward, without computing anything for padding. Attention goes through
+a function registered with transformers' `AttentionInterface` (the model's own q/k/v projections, norms,
+RoPE, MLP and gradient checkpointing are used as they are):
+
+- CUDA, bf16/fp16, and `torch.nn.attention.varlen.varlen_attn` present (torch >= 2.10): one FlashAttention
+  variable-length call per layer over the whole pack (cu_seqlens), the padding-free path of flash-attn;
+- otherwise (CPU, fp32/fp64, older torch): `scaled_dot_product_attention(is_causal=True)` per row segment.
+
+Supported: decoder-only HF models whose trunk takes `position_ids` and a prepared per-layer-type mask dict
+(Llama, Qwen2, Qwen3, Mistral families) with full attention in every layer; `packable` says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+PACKED_ATTENTION = "agentrl_packed"
+PACKABLE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+_VARLEN: dict[str, Any] = {}
+
+
+def _varlen_fn():
+    """(varlen_attn, its keyword parameters) or (None, ()) when this torch has none."""
+    if "fn" not in _VARLEN:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+
+            _VARLEN["fn"], _VARLEN["params"] = varlen_attn, tuple(inspect.signature(varlen_attn).parameters)
+        except (ImportError, AttributeError, ValueError, TypeError):
+            _VARLEN["fn"], _VARLEN["params"] = None, ()
+    return _VARLEN["fn"], _VARLEN["params"]
+
+
+def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None):
+    """query [1, H, T, D], key/value [1, Hkv, T, D] -> [1, T, H, D] through varlen_attn, or None if unusable."""
+    fn, params = _varlen_fn()
+    if fn is None or _VARLEN.get("broken"):
+        return None
+    q = query[0].transpose(0, 1)  # [T, H, D]
+    k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)  # [T, Hkv, D]
+    kw: dict[str, Any] = {}
+    group = q.shape[1] // k.shape[1]
+    if group > 1 and "enable_gqa" in params:
+        kw["enable_gqa"] = True
+    elif group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if "is_causal" in params:
+        kw["is_causal"] = True
+    else:
+        kw["window_size"] = (-1, 0)  # causal: no key to the right of the query
+    if scaling is not None and "scale" in params:
+        kw["scale"] = float(scaling)
+    elif scaling is not None and abs(float(scaling) - q.shape[-1] ** -0.5) > 1e-12:
+        return None  # this torch's varlen_attn takes no scale and the model's is not the default
+    try:
+        out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+    except (RuntimeError, NotImplementedError, TypeError):
+        _VARLEN["broken"] = True  # e.g. a torch built without flash attention: per-row SDPA from now on
+        return None
+    return out[None]
+
+
+def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: Any, *, scaling: float | None = None, dropout: float = 0.0,
+                     packed_cu: torch.Tensor | None = None, packed_bounds: tuple[int, ...] = (),
+                     packed_max: int = 0, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    """transformers attention function: block-diagonal causal attention over a packed [1, T] batch, or the
+    module's original attention implementation when called without a pack (generate, plain forwards).
+
+    query [1, H, T, D], key/value [1, Hkv, T, D] (RoPE applied); packed_cu [R+1] int32 row offsets on the
+    device, packed_bounds the same as Python ints, packed_max the longest row. Returns ([1, T, H, D], None)
+    as transformers' own attention functions do.
+
+    Raises:
+        ValueError: a pack with attention dropout.
+    """
+    if not packed_bounds:
+        return _base_attention(module)(module, query, key, value, attention_mask, scaling=scaling,
+                                       dropout=dropout, **kwargs)
+    if dropout:
+        raise ValueError("packed_attention: attention dropout is not supported")
+    if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
+        out = _varlen_attention(query, key, value, packed_cu, packed_max, scaling)
+        if out is not None:
+            return out, None
+    group = query.shape[1] // key.shape[1]
+    outs = []
+    for a, b in zip(packed_bounds[:-1], packed_bounds[1:], strict=True):
+        k, v = key[:, :, a:b], value[:, :, a:b]
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        outs.append(F.scaled_dot_product_attention(query[:, :, a:b], k, v, is_causal=True, scale=scaling))
+    return torch.cat(outs, dim=2).transpose(1, 2), None
+
+
+def _base_attention(module: Any):
+    """The attention function the module used before `_install` (its modeling file's eager one by default)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    base = getattr(module.config, "_agentrl_base_attn", None) or "eager"
+    fn = ALL_ATTENTION_FUNCTIONS.get_interface(base, eager)
+    if fn is None:
+        raise ValueError(f"packed_attention: no attention function {base!r} for {type(module).__name__}")
+    return fn
+
+
+def _install(trunk: Any) -> None:
+    """Route every layer's attention through `packed_attention` (idempotent).
+
+    Each attention module gets its own shallow copy of the config naming PACKED_ATTENTION (the trunk's config,
+    which builds the masks and is saved with the model, is left alone); unpacked calls fall through to the
+    original implementation, so generation and plain forwards are unchanged. The switch is per module and
+    permanent rather than around the call, so gradient-checkpointing recomputes in backward pack too.
+    """
+    from transformers import AttentionInterface
+
+    if PACKED_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    for layer in trunk.layers:
+        attn = layer.self_attn
+        if attn.config._attn_implementation == PACKED_ATTENTION:
+            continue
+        cfg = copy.copy(attn.config)
+        cfg._agentrl_base_attn = attn.config._attn_implementation
+        cfg._attn_implementation = PACKED_ATTENTION
+        attn.config = cfg
+
+
+def packable(model: Any, attention_mask: torch.Tensor) -> bool:
+    """True when `packed_hidden` can run `model` on this batch: a supported model type with full attention in
+    every layer, no attention dropout in training, and every row's mask a run of ones from column 0."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in PACKABLE_TYPES:
+        return False
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return False
+    if getattr(cfg, "use_sliding_window", False) or (model.training and getattr(cfg, "attention_dropout", 0.0)):
+        return False
+    lengths = attention_mask.sum(1)
+    cols = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return bool(((cols[None, :] < lengths[:, None]) == attention_mask.bool()).all()) and bool((lengths > 0).all())
+
+
+def packed_hidden(trunk: Any, cfg: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Last hidden states of the real tokens of a right-padded batch, run as one padding-free pack.
+
+    Args:
+        trunk: the model's decoder (agentrl.rl.logprobs.split_causal_lm); cfg: the model's config.
+        input_ids, attention_mask: [N, L]; every mask row is ones then zeros (`packable`).
+
+    Returns:
+        (hidden [T, H] in the trunk's dtype, offsets [N] long: row n's token t is hidden[offsets[n] + t]),
+        T = attention_mask.sum(). Equal to the padded forward's hidden states at real tokens up to float
+        rounding (tests pin this in fp32 and fp64).
+    """
+    _install(trunk)
+    device = input_ids.device
+    keep = attention_mask.bool()
+    lengths = keep.sum(1)
+    cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=device)
+    cu[1:] = lengths.cumsum(0)
+    bounds = tuple(int(x) for x in cu.tolist())
+    positions = (torch.arange(input_ids.shape[1], device=device)[None, :].expand_as(input_ids))[keep]
+    masks = {t: None for t in (set(getattr(cfg, "layer_types", None) or []) | {"full_attention"})}
+    out = trunk(input_ids=input_ids[keep][None], position_ids=positions[None], attention_mask=masks,
+                packed_cu=cu, packed_bounds=bounds, packed_max=int(lengths.max()), use_cache=False)
+    return out.last_hidden_state[0], cu[:-1].long()
