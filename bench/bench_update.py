@@ -116,7 +116,19 @@ def check_naive(args) -> str:
     d = [float((x - y).abs().max()) for x, y in zip(a, n, strict=True)]
     del model
     free(args.device)
-    return f"check: ours vs naive on 2 rows (fp32): max |d logp| {d[0]:.2e}, max |d entropy| {d[1]:.2e}"
+    model = make_model(args.config, "bfloat16", args.device, tiny=args.tiny)
+    with torch.no_grad():
+        pk = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, pack=True)[0]
+        pd = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, pack=False)[0]
+    from agentrl.rl import packing
+
+    varlen = packing._VARLEN.get("fn") is not None and not packing._VARLEN.get("broken")
+    m = b.policy_mask.bool()
+    del model
+    free(args.device)
+    return (f"check: packed vs naive on 2 rows (fp32): max |d logp| {d[0]:.2e}, max |d entropy| {d[1]:.2e}; "
+            f"bf16 packed vs padded: mean |d logp| {float((pk - pd)[m].abs().mean()):.2e}, max "
+            f"{float((pk - pd)[m].abs().max()):.2e}; varlen flash attention used: {varlen and args.device != 'cpu'}")
 
 
 COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),

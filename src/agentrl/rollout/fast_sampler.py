@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentrl.rollout.prefix_cache import Entry, PrefixStore, weights_version
 from agentrl.rollout.sampler import Sample, SamplingConfig, sampling_warpers
 
 _SUPPORTED = ("qwen3", "qwen2", "llama")
@@ -136,6 +137,15 @@ class FastSampler:
             (bucket, span), reused across steps and calls).
         min_graph_steps: a new graph is captured only when at least this many steps remain (short turns
             run eagerly rather than pay a capture).
+        keep_kv: keep each finished row's KV (agentrl.rollout.prefix_cache) so that a later context extending
+            it token for token (the episode's next turn: sampled ids + tool-response ids) prefills only the
+            appended ids. Dropped when the weights change.
+        share_prompts: identical contexts in one call (the G samples of a GRPO group) are prefilled once and
+            their KV copied to the other rows.
+        kv_store_tokens: cap on tokens kept by keep_kv (default: the static cache's rows x columns).
+
+    After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
+    reused_tokens (taken from kept KV), shared_rows (rows that copied a group leader's KV).
 
     Raises:
         ValueError: unsupported architecture (see module doc), or bad arguments.
@@ -143,7 +153,8 @@ class FastSampler:
 
     def __init__(self, model: Any, *, stop_ids: tuple[int, ...], pad_id: int, cfg: SamplingConfig | None = None,
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
-                 check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24):
+                 check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
+                 keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None):
         if max_batch < 1 or prefill_tokens < 1 or check_every < 1 or length_multiple < 1:
             raise ValueError("FastSampler: max_batch, prefill_tokens, check_every, length_multiple must be >= 1")
         cfg = cfg or SamplingConfig()
@@ -162,6 +173,10 @@ class FastSampler:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.pool = None
         self.rope_cos = self.rope_sin = None
+        self.keep_kv, self.share_prompts, self.kv_store_tokens = keep_kv, share_prompts, kv_store_tokens
+        self.store = PrefixStore(0)
+        self.stats: dict[str, int] = {}
+        self._chunk: tuple[list[list[int]], list[int], int] = ([], [], 0)
 
     # ---------------------------------------------------------------- public
     @torch.no_grad()
@@ -171,10 +186,17 @@ class FastSampler:
         budgets = list(max_new_tokens) if max_new_tokens is not None else [self.cfg.max_new_tokens] * len(contexts)
         if len(budgets) != len(contexts) or min(budgets, default=1) < 1 or any(not c for c in contexts):
             raise ValueError("FastSampler: need one budget >= 1 per non-empty context")
+        self.stats = dict.fromkeys(("context_tokens", "prefill_tokens", "reused_tokens", "shared_rows"), 0)
+        self.store.begin(weights_version(self.model) if self.keep_kv else None)
         out: list[Sample] = []
         for k in range(0, len(contexts), self.max_batch):
             out += self._run_chunk(contexts[k: k + self.max_batch], budgets[k: k + self.max_batch])
+        self.store.finish()
         return out
+
+    def clear_kv(self) -> None:
+        """Drop every kept KV entry (they are also dropped whenever the weights change)."""
+        self.store.clear()
 
     # ---------------------------------------------------------------- sampling
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,34 +235,73 @@ class FastSampler:
         return sorted({top} | {b for b in (8, 16, 32, 64, 128, 256, 512, 1024) if b < top})
 
     # ---------------------------------------------------------------- prefill
-    def _prefill(self, st: _State, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Fill cache rows [0, B) columns [0, W) from left-padded ids/mask [B, W]; return [B, V] last logits."""
-        n, width = ids.shape
-        per = max(1, self.prefill_tokens // width)
-        logits = []
-        eye = torch.eye(width, dtype=torch.bool, device=self.device)
-        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
-        for r0 in range(0, n, per):
-            r1 = min(n, r0 + per)
-            m = mask[r0:r1].bool()
-            pos = (mask[r0:r1].cumsum(1) - 1).clamp(min=0)
-            cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]  # [b, 1, W, D]
-            att = (causal[None] & m[:, None, :]) | eye[None]  # pad queries see themselves: no NaN rows
-            h = self.arch.embed(ids[r0:r1])
-            for li, layer in enumerate(self.arch.layers):
-                a = layer.self_attn
-                q, k, v = _qkv(a, layer.input_layernorm(h), cos, sin, self.arch.head_dim)
-                st.k[li][r0:r1, :, :width] = k
-                st.v[li][r0:r1, :, :width] = v
-                g = self.arch.n_heads // self.arch.n_kv
-                o = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
-                                                   attn_mask=att[:, None], scale=self.arch.scaling)
-                h = h + a.o_proj(o.transpose(1, 2).reshape(r1 - r0, width, -1))
-                h = h + layer.mlp(layer.post_attention_layernorm(h))
-            logits.append(self.arch.head(self.arch.norm(h[:, -1])))
+    def _prefill(self, st: _State, contexts: list[list[int]], width: int) -> torch.Tensor:
+        """Fill cache rows [0, B) for `contexts`, each right-aligned to column `width`; return [B, V] logits of
+        each context's last token. A context extending a kept entry gets the entry's KV copied in and only
+        its remaining tokens run: the window of the last S columns (S = longest remainder) is computed,
+        written only where a row's remainder lies, and attends over the row's whole cache (prefix included).
+        """
+        n = len(contexts)
+        lens = [len(c) for c in contexts]
+        reuse = [self.store.lookup(c) if self.keep_kv else (0, None) for c in contexts]
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+        cols = torch.arange(width, device=self.device)
+        starts = torch.tensor([width - m for m in lens], device=self.device)
         st.key_valid[:n].zero_()
-        st.key_valid[:n, :width] = mask.bool()
-        return torch.cat(logits)
+        st.key_valid[:n, :width] = cols[None, :] >= starts[:, None]
+        for i, (p, e) in enumerate(reuse):
+            if e is not None:
+                a = width - lens[i]
+                for li in range(len(self.arch.layers)):
+                    st.k[li][i, :, a: a + p] = e.k[li][:, :p]
+                    st.v[li][i, :, a: a + p] = e.v[li][:, :p]
+        rest = [m - p for m, (p, _) in zip(lens, reuse, strict=True)]
+        self.stats["prefill_tokens"] += sum(rest)
+        self.stats["reused_tokens"] += sum(p for p, _ in reuse)
+        window = max(rest)
+        per = max(1, min(self.prefill_tokens // window, self.prefill_tokens * 2048 // (window * width)))
+        ids = ids.to(self.device)
+        write_from = torch.tensor([width - r for r in rest], device=self.device)
+        return torch.cat([self._prefill_rows(st, ids, starts, write_from, r0, min(n, r0 + per), width, window)
+                          for r0 in range(0, n, per)])
+
+    def _prefill_rows(self, st: _State, ids, starts, write_from, r0: int, r1: int, width: int, window: int):
+        """Rows [r0, r1) of `_prefill`: the last `window` columns through every layer; [r1 - r0, V] logits."""
+        ar = self.arch
+        c0 = width - window
+        qcol = torch.arange(c0, width, device=self.device)  # [S] cache column of each window query
+        kcol = torch.arange(width, device=self.device)
+        pos = (qcol[None, :] - starts[r0:r1, None]).clamp(min=0)  # [b, S] position ids
+        cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]  # [b, 1, S, D]
+        write = (qcol[None, :] >= write_from[r0:r1, None])[:, None, :, None]  # [b, 1, S, 1]
+        att = (st.key_valid[r0:r1, None, :width] & (kcol[None, None, :] <= qcol[None, :, None]))
+        att = att | (kcol[None, None, :] == qcol[None, :, None])  # pad queries see themselves: no NaN rows
+        g = ar.n_heads // ar.n_kv
+        h = ar.embed(ids[r0:r1, c0:])
+        for li, layer in enumerate(ar.layers):
+            a = layer.self_attn
+            q, k, v = _qkv(a, layer.input_layernorm(h), cos, sin, ar.head_dim)
+            kc, vc = st.k[li][r0:r1, :, :width], st.v[li][r0:r1, :, :width]
+            kc[:, :, c0:] = torch.where(write, k, kc[:, :, c0:])
+            vc[:, :, c0:] = torch.where(write, v, vc[:, :, c0:])
+            o = F.scaled_dot_product_attention(q, kc.repeat_interleave(g, 1), vc.repeat_interleave(g, 1),
+                                               attn_mask=att[:, None], scale=ar.scaling)
+            h = h + a.o_proj(o.transpose(1, 2).reshape(r1 - r0, window, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return ar.head(ar.norm(h[:, -1]))
+
+    def _share(self, st: _State, followers: list[tuple[int, int]], width: int) -> None:
+        """Copy each (row, leader row)'s prefilled KV and key mask: prefill once per distinct context."""
+        if not followers:
+            return
+        dst = torch.tensor([f for f, _ in followers], device=self.device)
+        src = torch.tensor([lead for _, lead in followers], device=self.device)
+        for cache in (*st.k, *st.v):
+            cache[dst, :, :width] = cache[src, :, :width]
+        st.key_valid[dst] = st.key_valid[src]
+        self.stats["shared_rows"] += len(followers)
 
     # ---------------------------------------------------------------- decode step
     def _decode_step(self, b: int, length: int) -> None:
@@ -303,34 +364,51 @@ class FastSampler:
         return graph
 
     # ---------------------------------------------------------------- one chunk
-    def _left_pad(self, contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+    def _group(self, contexts: list[list[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """(order, followers): rows in `order` (row -> context index) put one row per distinct context first;
+        followers pairs (row, leader row) for the repeats (none unless share_prompts)."""
+        if not self.share_prompts:
+            return list(range(len(contexts))), []
+        first: dict[tuple[int, ...], int] = {}
+        repeats = []
         for i, c in enumerate(contexts):
-            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
-            mask[i, width - len(c):] = 1
-        return ids.to(self.device), mask.to(self.device)
+            key = tuple(c)
+            if key in first:
+                repeats.append((i, first[key]))
+            else:
+                first[key] = i
+        order = list(first.values()) + [i for i, _ in repeats]
+        row_of = {ci: r for r, ci in enumerate(order)}
+        return order, [(row_of[i], row_of[lead]) for i, lead in repeats]
 
     def _run_chunk(self, contexts: list[list[int]], budgets: list[int]) -> list[Sample]:
         n = len(contexts)
-        ids, mask = self._left_pad(contexts)
-        width, steps = ids.shape[1], max(budgets)
+        order, followers = self._group(contexts)
+        width, steps = max(len(c) for c in contexts), max(budgets)
+        self._chunk = (contexts, budgets, width)
+        self.stats["context_tokens"] += sum(len(c) for c in contexts)
         mult = self.length_multiple
         length = -(-(width + steps - 1) // mult) * mult  # cache columns needed: prompt + fed tokens
         buckets = self._buckets(n)
         st = self._ensure(buckets[-1], length, steps)
+        if self.keep_kv:
+            self.store.max_tokens = self.kv_store_tokens or st.rows * st.length
         for t in st.small():
             t.zero_()
         st.done.fill_(True)
-        st.budgets[:n] = torch.tensor(budgets, dtype=torch.long, device=self.device)
+        st.budgets[:n] = torch.tensor([budgets[i] for i in order], dtype=torch.long, device=self.device)
         st.done[:n] = False
-        tok, logp = self._sample(self._prefill(st, ids, mask))
-        st.positions[:n] = mask.sum(1)
+        u = n - len(followers)
+        logits = self._prefill(st, [contexts[i] for i in order[:u]], width)
+        self._share(st, followers, width)
+        if followers:
+            logits = torch.cat([logits, logits[torch.tensor([lead for _, lead in followers], device=self.device)]])
+        tok, logp = self._sample(logits)
+        st.positions[:n] = torch.tensor([len(contexts[i]) for i in order], device=self.device)
         st.col.fill_(width)
         b = buckets[-1]
         self._record(b, torch.cat([tok, tok.new_zeros(b - n)]), torch.cat([logp, logp.new_zeros(b - n)]))
-        slots = list(range(n))  # slot -> context index, for the first len(slots) rows
+        slots = list(order)  # slot -> context index, for the first len(slots) rows
         results: dict[int, tuple[list[int], list[float]]] = {}
         for t in range(1, steps):
             if t % self.check_every == 1 or self.check_every == 1:
@@ -355,6 +433,29 @@ class FastSampler:
         lps = self.state.out_logps.index_select(0, idx).cpu().tolist()
         for r, i, lp in zip(rows, ids, lps, strict=True):
             results[slots[r]] = (i, lp)
+            if self.keep_kv:
+                self._keep(r, slots[r], i)
+
+    def _keep(self, row: int, ci: int, out_ids: list[int]) -> None:
+        """Store row `row`'s KV (context `ci` + its sampled ids but the last, never fed) in self.store.
+        The row's tokens are contiguous: columns [width - len(context), width + k - 1)."""
+        contexts, budgets, width = self._chunk
+        ctx = contexts[ci]
+        k = self._turn_len(out_ids, budgets[ci])
+        n_tok = len(ctx) + k - 1
+        if not self.store.wants(n_tok):
+            return
+        a, b = width - len(ctx), width + k - 1
+        st = self.state
+        entry = Entry([c[row, :, a:b].clone() for c in st.k], [c[row, :, a:b].clone() for c in st.v])
+        self.store.put(tuple(ctx) + tuple(out_ids[: k - 1]), entry)
+
+    def _turn_len(self, out_ids: list[int], budget: int) -> int:
+        """Tokens the turn keeps: up to and including the first stop id, at most `budget`."""
+        row = out_ids[:budget]
+        stops = set(self.stop.tolist())
+        end = next((j for j, t in enumerate(row) if t in stops), None)
+        return len(row) if end is None else end + 1
 
     def _maybe_compact(self, b: int, slots: list[int], buckets: list[int], results: dict) -> tuple[int, list[int]]:
         """Host check: harvest finished rows; move live rows to the front when they fit a smaller bucket."""
@@ -379,11 +480,9 @@ class FastSampler:
         return target, [slots[r] for r in live]
 
     def _to_sample(self, ids: list[int], logps: list[float], budget: int) -> Sample:
-        row = ids[:budget]
-        stops = set(self.stop.tolist())
-        end = next((j for j, t in enumerate(row) if t in stops), None)
-        k = len(row) if end is None else end + 1
-        return Sample(tuple(row[:k]), tuple(logps[:k]), hit_token_limit=end is None)
+        k = self._turn_len(ids, budget)
+        stopped = k > 0 and int(ids[k - 1]) in set(self.stop.tolist())
+        return Sample(tuple(ids[:k]), tuple(logps[:k]), hit_token_limit=not stopped)
 
 
 def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig | None = None, *,
