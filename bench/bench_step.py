@@ -74,6 +74,11 @@ class ExpertReplaySampler:
         k = sum(1 for i in range(len(ctx) - len(m) + 1) if ctx[i: i + len(m)] == m) - 1
         return script[min(k, len(script) - 1)]
 
+    def end_rollout(self) -> None:
+        """Forwarded to the real sampler (the FastSampler frees its kept KV)."""
+        if callable(end := getattr(self.real, "end_rollout", None)):
+            end()
+
     def __call__(self, contexts: list[list[int]], budgets: list[int]) -> list[Sample]:
         seen: dict = {}
         want = [self._turn_ids(c, seen)[:b] for c, b in zip(contexts, budgets, strict=True)]

@@ -6,7 +6,7 @@ same loss, same optimizer) in this process: `packed` is the default (cfg.pack_ro
 pack_rows=False, `naive` swaps the log-prob function for one that materialises the full [micro, L, V]
 logits (what the write-up's trainer did). Configurations: the write-up's 8 prompts x 8 samples = 64 rows of
 ~--length tokens (prompt, then alternating policy / tool segments), fp32 and bf16, gradient checkpointing
-off / on / sel (selective: matmul and attention outputs kept, element-wise work recomputed). Each
+off / on. Each
 configuration gets a fresh random-weight model and AdamW; one warm-up update, then --repeats timed updates
 (median tokens/s, max peak). "Above static" = peak minus the memory allocated just before the timed update
 (weights + AdamW state). OOM is reported per row.
@@ -79,7 +79,7 @@ def run_config(args, dtype: str, gc: str, method: str) -> dict:
     free(args.device)
     model = make_model(args.config, "float32" if dtype == "fp32" else "bfloat16", args.device, tiny=args.tiny)
     if gc != "off":
-        update.enable_gradient_checkpointing(model, selective=gc == "sel")
+        update.enable_gradient_checkpointing(model)
     model.train()
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
     cfg = RLConfig(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
@@ -173,7 +173,7 @@ def main() -> int:
     p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    p.add_argument("--gc", nargs="+", default=["off", "sel", "on"], choices=["off", "sel", "on"])
+    p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
     p.add_argument("--methods", nargs="+", default=["packed", "padded", "naive"], choices=["packed", "padded", "naive"])
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:

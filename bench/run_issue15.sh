@@ -13,7 +13,7 @@ part() {  # name limit_s command...
   OUT="$ROOT/$name" timeout "$limit" "$@" > "$ROOT/$name/log.txt" 2>&1
   echo "exit $?"; grep -v "^\s*File\|^\s\s\s\s" "$ROOT/$name/log.txt" | tail -n 14
 }
-part update_bf16 150 "$PY" bench/bench_update.py --device cuda --micro 8 --dtypes bf16 --gc off sel on
+part update_bf16 150 "$PY" bench/bench_update.py --device cuda --micro 8 --dtypes bf16 --gc off on
 part reuse 90 "$PY" bench/bench_reuse.py --device cuda
 part step_bf16 120 "$PY" bench/bench_step.py --device cuda --envs coding-tools --steps 3 --micro 4
 [ -n "${FP32:-}" ] && part update_fp32 110 "$PY" bench/bench_update.py --device cuda --micro 8 --dtypes fp32 --gc off on --methods packed naive

@@ -140,3 +140,19 @@ def test_partial_prefix_reused_when_the_turn_was_replaced(policy):
     assert fs.stats["reused_tokens"] == sum(len(c) for c in ctx)
     for c, s in zip(nxt, got, strict=True):
         assert (forward_logprobs(model, c, s.ids) - torch.tensor(s.logprobs)).abs().max() < 1e-5
+
+
+def test_run_episodes_frees_kept_kv_at_the_end(policy):
+    from test_driver import EchoEnv, task
+
+    from agentrl.rollout.driver import RolloutConfig, run_episodes
+
+    model, tok = policy
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=4), max_turns=2)
+    fs = fast_sampler_for(model, tok, cfg.sampling)
+    seen = []
+    finish = fs.store.finish
+    fs.store.finish = lambda: (finish(), seen.append(len(fs.store.entries)))
+    run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(2)], cfg=cfg, seed=0, sampler=fs)
+    assert seen and seen[0] == 2  # each call keeps its rows for the next turn
+    assert not fs.store.entries  # and end_rollout drops them once the episodes are over

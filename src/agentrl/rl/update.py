@@ -169,42 +169,17 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def enable_gradient_checkpointing(model: nn.Module, *, selective: bool = False) -> None:
+def enable_gradient_checkpointing(model: nn.Module) -> None:
     """Turn on non-reentrant activation checkpointing of the decoder layers of an HF model, through
     `activation_checkpointing_enable` (transformers >= 5.2x) or `gradient_checkpointing_enable` (older).
     The gradient is unchanged (tested); the model must be in train mode for HF to checkpoint.
 
-    selective: keep the outputs of the matrix products and attention kernels and recompute only the cheap
-    element-wise work in backward (norms with their fp32 copies, RoPE, SiLU, products; torch's
-    selective activation checkpointing): most of the memory saving of full checkpointing without re-running
-    the matmuls.
-
     Raises: ValueError if the model supports neither.
     """
-    kwargs: dict[str, Any] = {"use_reentrant": False}
-    if selective:
-        from functools import partial
-
-        from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-        kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _save_matmuls)
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     elif hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
         raise ValueError(f"enable_gradient_checkpointing: {type(model).__name__} supports no activation checkpointing")
     model.train()
-
-
-_SAVED_OPS = ("mm", "addmm", "bmm", "linear", "attention", "varlen")
-
-
-def _save_matmuls(ctx: Any, op: Any, *args: Any, **kwargs: Any):
-    """Selective-checkpoint policy: save matmul / attention outputs, recompute everything else."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    name = str(getattr(op, "__name__", op)).split(".")[0].lower()
-    if any(k == name or (k in ("attention", "varlen") and k in name) for k in _SAVED_OPS):
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE

@@ -252,7 +252,9 @@ def run_episodes(
         group_ids: GRPO group of each episode (default: index); `Trajectory.group_id` carries it and
             the trainer groups by it.
         seed: torch seed for sampling and the environments' reset seed (None: leave RNG as is).
-        sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler.
+        sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler; if it
+            has an `end_rollout()` method, it is called once all episodes have ended (a sampler may free
+            state kept across turns, e.g. the FastSampler's kept KV).
         on_progress: called with (episodes finished, episodes in all) as episodes finish (after each
             sampled chunk of `gen_batch` and each tool step), e.g. for a progress bar.
         policy_version: the optimizer step whose weights sample (stored in every Trajectory).
@@ -286,6 +288,8 @@ def run_episodes(
     with ThreadPoolExecutor(max_workers=max(1, cfg.tool_workers)) as pool:
         while live := [e for e in eps if not e.end_reason]:
             drv.round(live, pool, on_done)
+    if callable(end_rollout := getattr(sampler, "end_rollout", None)):
+        end_rollout()
     return [_finish(drv, ep, policy_version) for ep in eps]
 
 

@@ -198,6 +198,13 @@ class FastSampler:
         """Drop every kept KV entry (they are also dropped whenever the weights change)."""
         self.store.clear()
 
+    def end_rollout(self) -> None:
+        """Called by run_episodes when its episodes have ended: the kept KV is freed (it would be stale after
+        the update anyway); the static cache and CUDA graphs stay for the next rollout."""
+        self.clear_kv()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     # ---------------------------------------------------------------- sampling
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[b, V] logits -> ([b] token, [b] float32 log-prob under the warped distribution)."""
