@@ -156,3 +156,30 @@ def test_run_episodes_frees_kept_kv_at_the_end(policy):
     run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(2)], cfg=cfg, seed=0, sampler=fs)
     assert seen and seen[0] == 2  # each call keeps its rows for the next turn
     assert not fs.store.entries  # and end_rollout drops them once the episodes are over
+
+
+def test_grading_runs_concurrently_across_episodes():
+    """env.reward (the hidden-test grading) of different episodes overlaps in run_episodes' thread pool."""
+    import threading
+
+    from test_driver import EchoEnv, Script, call, task
+
+    from agentrl.rollout.driver import RolloutConfig, run_episodes
+    state = {"now": 0, "peak": 0}
+    lock, gate = threading.Lock(), threading.Barrier(3, timeout=10)
+
+    class GradedEnv(EchoEnv):
+        def reward(self):
+            with lock:
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+            gate.wait()  # returns only once 3 gradings are in flight together
+            with lock:
+                state["now"] -= 1
+            return super().reward()
+
+    tok = load_policy("tiny-qwen3")[1]
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=32), tool_workers=3)
+    trajs = run_episodes(None, tok, [(GradedEnv(), task(i)) for i in range(3)], cfg=cfg,
+                         sampler=Script(tok, [[call("a"), "done"]] * 3))
+    assert state["peak"] == 3 and [t.reward for t in trajs] == [1.0] * 3

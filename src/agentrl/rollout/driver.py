@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,14 +47,15 @@ class RolloutConfig:
     Attributes:
         max_context_tokens: prompt + completion budget per episode; beyond it the episode ends
             "out_of_tokens" (truncated, graded on its final state).
-        tool_workers: threads executing environments' `step` concurrently.
+        tool_workers: threads executing environments' `step` and the final grading (`reward`) concurrently
+            (default: the host's CPU count, 8 to 32).
         enable_thinking: template thinking mode (False: non-thinking, where the template supports it).
         check_template: run `assert_tito_consistent` once per distinct tool-schema set.
     """
 
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_context_tokens: int = 4096
-    tool_workers: int = 8
+    tool_workers: int = field(default_factory=lambda: max(8, min(32, os.cpu_count() or 8)))
     enable_thinking: bool = False
     check_template: bool = True
 
@@ -88,12 +91,14 @@ class _ErrorLog:
 
     def __init__(self) -> None:
         self.seen = 0
+        self.lock = threading.Lock()  # grading runs in the thread pool
 
     def __call__(self, ep: _Episode, where: str, err: BaseException | str) -> None:
         ep.end_reason, ep.terminated, ep.truncated = ENV_ERROR, False, True
         ep.error = f"{where}: {type(err).__name__}: {err}" if isinstance(err, BaseException) else f"{where}: {err}"
-        first = self.seen == 0
-        self.seen += 1
+        with self.lock:
+            first = self.seen == 0
+            self.seen += 1
         exc_info = err if first and isinstance(err, BaseException) else None
         log.error("environment %s failed in %s on task %s (episode unscorable): %s", ep.env.name or
                   type(ep.env).__name__, where, ep.task.id, ep.error, exc_info=exc_info)
@@ -288,9 +293,10 @@ def run_episodes(
     with ThreadPoolExecutor(max_workers=max(1, cfg.tool_workers)) as pool:
         while live := [e for e in eps if not e.end_reason]:
             drv.round(live, pool, on_done)
-    if callable(end_rollout := getattr(sampler, "end_rollout", None)):
-        end_rollout()
-    return [_finish(drv, ep, policy_version) for ep in eps]
+        if callable(end_rollout := getattr(sampler, "end_rollout", None)):
+            end_rollout()
+        # grading (env.reward: hidden tests in the sandbox) runs concurrently across episodes, like tool calls
+        return list(pool.map(lambda ep: _finish(drv, ep, policy_version), eps))
 
 
 def _reward(drv: _Driver, ep: _Episode) -> float | None:

@@ -200,10 +200,9 @@ class FastSampler:
 
     def end_rollout(self) -> None:
         """Called by run_episodes when its episodes have ended: the kept KV is freed (it would be stale after
-        the update anyway); the static cache and CUDA graphs stay for the next rollout."""
+        the update anyway; its blocks go back to torch's caching allocator, for the update to reuse); the
+        static cache and CUDA graphs stay for the next rollout."""
         self.clear_kv()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
     # ---------------------------------------------------------------- sampling
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
