@@ -148,12 +148,12 @@ def test_run_episodes_frees_kept_kv_at_the_end(policy):
     from agentrl.rollout.driver import RolloutConfig, run_episodes
 
     model, tok = policy
-    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=4), max_turns=2)
+    cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=4))
     fs = fast_sampler_for(model, tok, cfg.sampling)
     seen = []
     finish = fs.store.finish
     fs.store.finish = lambda: (finish(), seen.append(len(fs.store.entries)))
-    run_episodes(model, tok, [(EchoEnv(), task(i)) for i in range(2)], cfg=cfg, seed=0, sampler=fs)
+    run_episodes(model, tok, [(EchoEnv(max_turns=2), task(i)) for i in range(2)], cfg=cfg, seed=0, sampler=fs)
     assert seen and seen[0] == 2  # each call keeps its rows for the next turn
     assert not fs.store.entries  # and end_rollout drops them once the episodes are over
 
