@@ -12,7 +12,8 @@ RoPE, MLP and gradient checkpointing are used as they are):
 - otherwise (CPU, fp32/fp64, older torch): `scaled_dot_product_attention(is_causal=True)` per row segment.
 
 Supported: decoder-only HF models whose trunk takes `position_ids` and a prepared per-layer-type mask dict
-(Llama, Qwen2, Qwen3, Mistral families) with full attention in every layer; `packable` says so.
+(Llama, Qwen2, Qwen3, Mistral families) with full attention in every layer, plain or wrapped by peft (LoRA);
+`packable` says so.
 """
 
 from __future__ import annotations
@@ -140,9 +141,10 @@ def _install(trunk: Any) -> None:
 
 def packable(model: Any, attention_mask: torch.Tensor) -> bool:
     """True when `packed_hidden` can run `model` on this batch: a supported model type with full attention in
-    every layer, no attention dropout in training, and every row's mask a run of ones from column 0."""
-    if hasattr(model, "peft_config") or "Adapter" in type(model).__name__:
-        return False  # LoRA / adapter wrappers: not covered by the packed path's tests yet (padded forward)
+    every layer, no attention dropout in training, and every row's mask a run of ones from column 0.
+
+    A peft (LoRA) model qualifies like its base: its decoder is the base's, with adapter-wrapped linear layers
+    that act per token, so packing changes nothing for them (tested with gradients, adapters on and off)."""
     cfg = getattr(model, "config", None)
     if getattr(cfg, "model_type", None) not in PACKABLE_TYPES:
         return False
