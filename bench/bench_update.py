@@ -26,6 +26,7 @@ from agentrl.rl.advantages import group_advantages
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.config import RLConfig
 from agentrl.rl.logprobs import policy_logprobs
+from agentrl.rollout.device import DEVICE_HELP, dtype_arg, resolve_device
 
 
 def naive_logprobs(model, input_ids, attention_mask, policy_mask, *, chunk_rows: int = 0, temperature: float = 1.0):
@@ -72,7 +73,7 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
 
 def run_config(args, dtype: str, gc: bool, method: str) -> dict:
     free(args.device)
-    model = make_model(args.config, "float32" if dtype == "fp32" else "bfloat16", args.device, tiny=args.tiny)
+    model = make_model(args.config, dtype, args.device, tiny=args.tiny)
     if gc:
         update.enable_gradient_checkpointing(model)
     model.train()
@@ -98,7 +99,7 @@ def run_config(args, dtype: str, gc: bool, method: str) -> dict:
 
 def check_naive(args) -> str:
     """The two log-prob functions agree (fp32, 2 rows): max |d logp| and |d entropy| at policy positions."""
-    model = make_model(args.config, "float32", args.device, tiny=args.tiny)
+    model = make_model(args.config, "fp32", args.device, tiny=args.tiny)
     b = make_batch(model, 2, min(args.length, 256), min(args.prompt, 64), args.segment, 2, seed=1).to(args.device)
     with torch.no_grad():
         a = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask)
@@ -116,7 +117,7 @@ COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("rows", "d"), ("tokens", "d"), ("p
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
     p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--rows", type=int, default=64, help="episodes (8 prompts x 8 samples)")
@@ -128,7 +129,7 @@ def main() -> int:
     p.add_argument("--minibatches", type=int, default=2)
     p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], type=dtype_arg)
     p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:
