@@ -51,6 +51,16 @@ def _batch(ctx, samples):
     return ids, attn, pmask
 
 
+def _train_batch(ctx, samples):
+    """A TrainBatch of the sampled rows: old log-probs = the sampler's recorded ones, advantages 1, -1, 0.5."""
+    ids, attn, pmask = _batch(ctx, samples)
+    old = torch.zeros(ids.shape, dtype=torch.float32)
+    for i, (c, s) in enumerate(zip(ctx, samples, strict=True)):
+        old[i, len(c): len(c) + len(s.ids)] = torch.tensor(s.logprobs)
+    return TrainBatch(input_ids=ids, attention_mask=attn, policy_mask=pmask, old_logprobs=old,
+                      advantages=torch.tensor([1.0, -1.0, 0.5]), rewards=torch.zeros(3))
+
+
 @pytest.mark.parametrize("kind", ["hf", "fast"])
 @pytest.mark.parametrize(("temperature", "top_k", "top_p"), SETTINGS)
 def test_trainer_logprobs_equal_sampler_logprobs_under_top_k_top_p(policy, kind, temperature, top_k, top_p):
@@ -83,13 +93,8 @@ def test_update_path_uses_the_config_masks(policy):
     ctx = _contexts(tok)
     cfg = RLConfig(top_k=6, top_p=0.8, temperature=0.9, micro=2, minibatches=1, prompts_per_step=1, group_size=3)
     samples = _sample("hf", model, tok, ctx, SamplingConfig(max_new_tokens=10, temperature=0.9, top_k=6, top_p=0.8))
-    ids, attn, pmask = _batch(ctx, samples)
-    old = torch.zeros(ids.shape, dtype=torch.float32)
-    for i, (c, s) in enumerate(zip(ctx, samples, strict=True)):
-        old[i, len(c): len(c) + len(s.ids)] = torch.tensor(s.logprobs)
-    batch = TrainBatch(input_ids=ids, attention_mask=attn, policy_mask=pmask, old_logprobs=old,
-                       advantages=torch.tensor([1.0, -1.0, 0.5]), rewards=torch.zeros(3))
-    st = accumulate_gradients(model, batch, cfg, normalizer=float(pmask.sum()))
+    batch = _train_batch(ctx, samples)
+    st = accumulate_gradients(model, batch, cfg, normalizer=float(batch.policy_mask.sum()))
     model.zero_grad(set_to_none=True)
     assert abs(st["ratio_mean"] - 1.0) < 1e-5 and st["logprob_gap_abs"] < 1e-5 and st["outside_support"] == 0.0
 
@@ -128,12 +133,8 @@ def test_proximal_logprobs_use_the_samplers_warpers_and_stale_tokens_outside_get
     cfg = RLConfig(top_k=4, top_p=0.9, temperature=1.1, micro=2, minibatches=1, prompts_per_step=1, group_size=3,
                    is_correction="always")
     samples = _sample("fast", model, tok, ctx, SamplingConfig(max_new_tokens=8, temperature=1.1, top_k=4, top_p=0.9))
-    ids, attn, pmask = _batch(ctx, samples)
-    old = torch.zeros(ids.shape, dtype=torch.float32)
-    for i, (c, s) in enumerate(zip(ctx, samples, strict=True)):
-        old[i, len(c): len(c) + len(s.ids)] = torch.tensor(s.logprobs)
-    batch = TrainBatch(input_ids=ids, attention_mask=attn, policy_mask=pmask, old_logprobs=old,
-                       advantages=torch.tensor([1.0, -1.0, 0.5]), rewards=torch.zeros(3))
+    batch = _train_batch(ctx, samples)
+    ids, attn, pmask, old = batch.input_ids, batch.attention_mask, batch.policy_mask, batch.old_logprobs
     prox = proximal_logprobs(model, batch, cfg)
     on = pmask.bool()
     assert (prox[on] - old[on]).abs().max().item() < 1e-5 and torch.isfinite(prox).all()
