@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentrl.rollout.device import torch_dtype
+
 HERE = Path(__file__).resolve().parent
 CONFIG_CANDIDATES = (HERE.parent / "shared/assets/qwen3-0.6b-config", HERE.parent.parent / "shared/assets/qwen3-0.6b-config",
                      Path("../shared/assets/qwen3-0.6b-config"), Path("/work/shared/assets/qwen3-0.6b-config"))
@@ -56,7 +58,7 @@ def make_model(config_path: str | None, dtype: str, device: str, tiny: bool = Fa
         raw.update(TINY)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(Qwen3Config(**raw), dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_config(Qwen3Config(**raw), dtype=torch_dtype(dtype))
     return model.eval()
 
 

@@ -26,6 +26,7 @@ import traceback
 import torch
 from _common import Table, device_meta, free, is_oom, make_model, peak_gib, sync
 
+from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.fast_sampler import FastSampler
 from agentrl.rollout.sampler import SamplingConfig
 
@@ -106,9 +107,9 @@ COLUMNS = [("part", ""), ("mode", ""), ("rows", "d"), ("prefill_tokens", "d"), (
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
     p.add_argument("--config", default=None)
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)

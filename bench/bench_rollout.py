@@ -24,6 +24,7 @@ import torch
 from _common import Table, device_meta, free, is_oom, make_model, param_bytes, peak_gib, timed
 from transformers import GenerationConfig
 
+from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.fast_sampler import FastSampler
 from agentrl.rollout.sampler import SamplingConfig
 
@@ -147,9 +148,9 @@ def one_batch(model, args, batch: int, table: Table) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
     p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--ctx", type=int, default=1024, help="max context tokens per episode")

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from _common import Table, device_meta, free, is_oom, make_model
 
+from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.models import _qwen3_tokenizer_source, load_tokenizer
 from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
 
@@ -135,7 +136,7 @@ def run_env(args, env_name: str, model_path: str, workdir: Path, table: Table) -
     from agentrl.rl.session import RunSession
     from agentrl.rl.trainer import train_step
 
-    cfg = RLConfig(model=model_path, env=env_name, dtype="bf16" if args.dtype == "bfloat16" else "fp32",
+    cfg = RLConfig(model=model_path, env=env_name, dtype=args.dtype,
                    device=args.device, prompts_per_step=args.prompts, group_size=args.group, micro=args.micro,
                    gen_batch=args.gen_batch, steps=args.steps, out=str(workdir / env_name), seed=args.seed)
     with RunSession.open(cfg) as sess:
@@ -162,10 +163,10 @@ COLUMNS = [("env", ""), ("step", "d"), ("episodes", "d"), ("gen_tokens", "d"), (
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
     p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
     p.add_argument("--envs", nargs="+", default=["edit-menu", "coding-tools"])
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)

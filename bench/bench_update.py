@@ -30,15 +30,19 @@ from agentrl.rl.advantages import group_advantages
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.config import RLConfig
 from agentrl.rl.logprobs import policy_logprobs
+from agentrl.rollout.device import DEVICE_HELP, dtype_arg, resolve_device
 
 
 def naive_logprobs(model, input_ids, attention_mask, policy_mask, *, chunk_rows: int = 0, temperature: float = 1.0,
-                   pack: bool | None = None):
+                   top_k: int = 0, top_p: float = 1.0, pack: bool | None = None):
     """Full-logit log-probs: model(...).logits [N, L, V] in fp32, log_softmax over all of it, then gather.
 
     Same outputs as agentrl.rl.logprobs.policy_logprobs ([N, L] logp and entropy, 0 off-policy); `chunk_rows`
-    and `pack` are accepted and ignored (always padded). Entropy is taken at policy positions only (the [N, L, V] tensor is already built).
+    and `pack` are accepted and ignored (always padded). Entropy is taken at policy positions only (the [N, L, V]
+    tensor is already built). top_k / top_p must be off (0 / 1.0: the bench's RLConfig defaults).
     """
+    if top_k or top_p < 1.0:
+        raise ValueError("naive_logprobs: top-k / top-p warping is not implemented in the full-logits baseline")
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [N, L, V]
     logp_all = torch.log_softmax(logits[:, :-1], dim=-1)  # [N, L-1, V]
     logp = logp_all.gather(2, input_ids[:, 1:, None]).squeeze(2)
@@ -77,7 +81,7 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
 
 def run_config(args, dtype: str, gc: str, method: str) -> dict:
     free(args.device)
-    model = make_model(args.config, "float32" if dtype == "fp32" else "bfloat16", args.device, tiny=args.tiny)
+    model = make_model(args.config, dtype, args.device, tiny=args.tiny)
     if gc != "off":
         update.enable_gradient_checkpointing(model)
     model.train()
@@ -108,7 +112,7 @@ def run_config(args, dtype: str, gc: str, method: str) -> dict:
 
 def check_naive(args) -> str:
     """The two log-prob functions agree (fp32, 2 rows): max |d logp| and |d entropy| at policy positions."""
-    model = make_model(args.config, "float32", args.device, tiny=args.tiny)
+    model = make_model(args.config, "fp32", args.device, tiny=args.tiny)
     b = make_batch(model, 2, min(args.length, 256), min(args.prompt, 64), args.segment, 2, seed=1).to(args.device)
     with torch.no_grad():
         a = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask)
@@ -116,7 +120,7 @@ def check_naive(args) -> str:
     d = [float((x - y).abs().max()) for x, y in zip(a, n, strict=True)]
     del model
     free(args.device)
-    model = make_model(args.config, "bfloat16", args.device, tiny=args.tiny)
+    model = make_model(args.config, "bf16", args.device, tiny=args.tiny)
     with torch.no_grad():
         pk = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, pack=True)[0]
         pd = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, pack=False)[0]
@@ -160,7 +164,7 @@ def run_row(args, dtype: str, gc: str) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
     p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--rows", type=int, default=64, help="episodes (8 prompts x 8 samples)")
@@ -172,7 +176,7 @@ def main() -> int:
     p.add_argument("--minibatches", type=int, default=2)
     p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], type=dtype_arg)
     p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
     p.add_argument("--methods", nargs="+", default=["packed", "padded", "naive"], choices=["packed", "padded", "naive"])
     args = p.parse_args()

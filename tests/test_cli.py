@@ -50,7 +50,7 @@ def test_eval_help_omits_training_flags_and_negative_flags_have_own_help():
         assert flag not in h, flag
     assert "--eval-n" in h and "--model" in h
     args = build_parser().parse_args(["eval"])
-    assert args.steps == 3 and args.out == "runs/eval"  # defaults still reach RLConfig
+    assert args.steps == 0 and args.out == "runs/eval"  # defaults still reach RLConfig; eval never trains
     neg = next(a for a in _sub("train")._actions if "--no-randomize-names" in a.option_strings)
     pos = next(a for a in _sub("train")._actions if "--randomize-names" in a.option_strings)
     assert neg.help and neg.help != pos.help and "original name" in neg.help
@@ -65,3 +65,24 @@ def test_help_imports_no_torch_or_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "--max-new-tokens" in out.stdout
+
+
+def test_one_dtype_vocabulary_across_every_command(capsys):
+    """Every command takes the same --dtype spellings, stores the canonical name and refuses others alike."""
+    from agentrl.rl.config import config_from_args
+
+    parser = build_parser()
+    for alias, canonical in (("bfloat16", "bf16"), ("float32", "fp32"), ("torch.bfloat16", "bf16"), ("auto", "auto"),
+                             ("FP32", "fp32")):
+        assert config_from_args(parser.parse_args(["train", "--dtype", alias])).dtype == canonical
+        assert config_from_args(parser.parse_args(["eval", "--dtype", alias])).dtype == canonical
+        for cmd in ("smoke", "sft", "serve-policy"):
+            assert parser.parse_args([cmd, "--dtype", alias]).dtype == canonical, cmd
+    assert config_from_args(parser.parse_args(["eval", "--dtype", "half"])).dtype == "fp16"  # inference only
+    with pytest.raises(ValueError, match="fp16 training needs loss scaling"):
+        config_from_args(parser.parse_args(["train", "--dtype", "float16"]))
+    for cmd in ("train", "eval", "smoke", "sft", "serve-policy"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, "--dtype", "fp8"])
+        assert "--dtype 'fp8' is not a dtype; expected one of fp32, bf16, fp16, auto" in capsys.readouterr().err
+        assert "{fp32,bf16,fp16,auto}" in _sub(cmd).format_help(), cmd

@@ -67,3 +67,22 @@ def test_eps_must_be_non_negative_and_lists_are_accepted():
             ga(torch.tensor([0.0, 1.0]), 2, "grpo", eps=bad)
     adv, _ = ga([0.0, 1.0, 1.0, 1.0], 2, "dr_grpo")
     assert adv.tolist() == [-0.5, 0.5, 0.0, 0.0]
+
+
+def test_estimator_registry_is_what_config_cli_and_group_advantages_read():
+    from agentrl.cli import build_parser
+    from agentrl.rl.config import ADV_MODES, RLConfig
+    from agentrl.rl.estimators import ADV_ESTIMATORS
+
+    assert ADV_MODES == tuple(ADV_ESTIMATORS) == ("grpo", "dr_grpo", "rloo", "none")
+    sub = build_parser()._subparsers._group_actions[0].choices["train"]
+    action = next(a for a in sub._actions if a.dest == "adv_mode")
+    assert list(action.choices) == list(ADV_ESTIMATORS) and all(n in action.help for n in ADV_ESTIMATORS)
+    for name, est in ADV_ESTIMATORS.items():
+        if est.min_group_size > 1:
+            with pytest.raises(ValueError, match=f"adv_mode '{name}' needs group_size >= {est.min_group_size}"):
+                RLConfig(adv_mode=name, group_size=1, prompts_per_step=2, minibatches=1)
+        else:
+            assert RLConfig(adv_mode=name, group_size=1, prompts_per_step=2, minibatches=1).adv_mode == name
+    with pytest.raises(ValueError, match="group_advantages: mode: expected one of grpo, dr_grpo, rloo, none"):
+        group_advantages(torch.zeros(4), 2, "ppo")

@@ -45,6 +45,8 @@ STEP_METRICS: dict[str, tuple[str, str]] = {
     "kl_ref": ("k3 estimate of KL to the frozen reference model (only with kl_coef > 0)", "nats/token"),
     "logprob_gap": ("mean trainer minus sampler log-probability on trained tokens", "nats/token"),
     "logprob_gap_abs": ("mean absolute trainer-sampler log-probability gap on trained tokens", "nats/token"),
+    "outside_support": ("fraction of trained tokens outside the trainer's top-k/top-p kept set (log-prob -inf, "
+                        "ratio 0, no gradient; the KL and gap metrics are over the others)", "1"),
     "optimizer_steps": ("optimizer steps taken (epochs x minibatches)", "count"),
     "rows_skipped": ("episode rows skipped in backward (zero advantage, no KL), summed over minibatches", "count"),
     "tokens_trained": ("policy tokens that went through backward", "tokens"),
@@ -65,6 +67,11 @@ STEP_METRICS: dict[str, tuple[str, str]] = {
     "async/staleness": ("optimizer steps between the weights that sampled the step and the learner's", "count"),
     "async/wait_s": ("seconds the learner waited for the step's rollouts", "s"),
     "async/producer_wait_s": ("seconds the rollout producer waited for the learner", "s"),
+    "is/ratio_mean": ("mean untruncated importance ratio pi_proximal / pi_sampler on policy tokens", "1"),
+    "is/ratio_max": ("largest untruncated importance ratio pi_proximal / pi_sampler", "1"),
+    "is/frac_capped": ("fraction of policy tokens whose importance ratio exceeded --is-cap", "1"),
+    "is/frac_outside_support": ("fraction of policy tokens outside the proximal policy's top-k/top-p kept set "
+                                "(importance weight 0)", "1"),
     "time/rollout_s": ("seconds spent sampling episodes and running their tools", "s"),
     "time/update_s": ("seconds spent in the update", "s"),
     "time/step_s": ("seconds of the whole step", "s"),

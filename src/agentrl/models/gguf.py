@@ -16,8 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentrl.models.dtypes import canonical_dtype, concrete_torch_dtype
+
 log = logging.getLogger("agentrl.models")
-WEIGHTS_DTYPES = ("float32", "bfloat16")
+WEIGHTS_DTYPES = ("fp32", "bf16")  # canonical names (agentrl.rollout.device); aliases accepted
 
 
 def _plain_config(config: Any) -> Any:
@@ -55,7 +57,7 @@ def convert_gguf(
     dest: str | os.PathLike,
     *,
     chat_template: str | None = None,
-    dtype: str = "float32",
+    dtype: str = "fp32",
 ) -> dict[str, Any]:
     """Write `dest` (a folder; created) as a Hugging Face model folder converted from `gguf_path`.
 
@@ -63,10 +65,11 @@ def convert_gguf(
         gguf_path: a .gguf file whose architecture transformers can read (llama, qwen2, qwen3, ...).
         dest: output folder: model.safetensors, config.json, generation_config.json, tokenizer files.
         chat_template: Jinja source replacing the GGUF's own template (None keeps it).
-        dtype: "float32" (default) or "bfloat16" for the saved weights.
+        dtype: "fp32" (default) or "bf16" for the saved weights, or an alias agentrl.rollout.device accepts
+            ("float32", "bfloat16", ...).
 
     Returns:
-        {"architecture", "parameters", "tensors", "dtype", "original_chat_template"}.
+        {"architecture", "parameters", "tensors", "dtype" (canonical), "original_chat_template"}.
 
     Raises:
         FileNotFoundError: no such file. ValueError: not a GGUF file transformers can read, a bad dtype,
@@ -76,11 +79,12 @@ def convert_gguf(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    dtype = canonical_dtype(dtype, flag="convert_gguf: dtype")
+    if dtype not in WEIGHTS_DTYPES:
+        raise ValueError(f"convert_gguf: dtype must be one of {WEIGHTS_DTYPES} (or an alias), got {dtype!r}")
     gguf_path = Path(gguf_path).expanduser()
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file {str(gguf_path)!r} does not exist")
-    if dtype not in WEIGHTS_DTYPES:
-        raise ValueError(f"dtype must be one of {WEIGHTS_DTYPES}, got {dtype!r}")
     try:
         import gguf  # noqa: F401 - transformers needs it; say so plainly
     except ImportError as e:
@@ -97,7 +101,7 @@ def convert_gguf(
     model = AutoModelForCausalLM.from_config(plain, dtype=torch.float32)
     n = _copy_state(quantized, model)
     del quantized
-    model = model.to(getattr(torch, dtype)).eval()
+    model = model.to(concrete_torch_dtype(dtype)).eval()
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)

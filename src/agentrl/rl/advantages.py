@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from agentrl.rl.estimators import get_estimator
+
 ADV_EPS = 1e-4  # TRL GRPOTrainer's epsilon in (r - mean) / (std + eps)
 
 
@@ -17,7 +19,7 @@ def group_advantages(
     Args:
         rewards: [B*G] float rewards; rows g*G .. g*G+G-1 are the G episodes of group g (same prompt).
         group_size: G >= 1 (>= 2 for every mode but "none").
-        mode:
+        mode: a registered estimator (agentrl.rl.estimators.ADV_ESTIMATORS):
             "grpo": (r - mean_g) / (std_g + eps), std_g the SAMPLE std (Bessel, divisor G-1), as TRL's
                 GRPOTrainer computes it (`rewards.view(-1, G).std(dim=1)`, eps 1e-4); group-normalised
                 outcome supervision of DeepSeekMath (Shao et al. 2024, Sec. 4.1.2).
@@ -27,6 +29,7 @@ def group_advantages(
                 (Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization ...").
             "none": the raw reward (REINFORCE without a baseline).
         eps: added to the std in "grpo".
+        (Names, minimum group sizes and formulas: agentrl.rl.estimators.ADV_ESTIMATORS, also read by RLConfig.)
 
     Returns:
         (advantages [B*G] float32 on rewards' device, stats) where, for every baselined mode, a group
@@ -43,9 +46,8 @@ def group_advantages(
         raise ValueError(f"group_advantages: eps must be a finite number >= 0, got {eps!r}")
     if rewards.dim() != 1:
         raise ValueError(f"group_advantages: rewards must be 1-D [B*G], got shape {tuple(rewards.shape)}")
-    if mode not in ("grpo", "dr_grpo", "rloo", "none"):
-        raise ValueError(f"group_advantages: mode must be grpo|dr_grpo|rloo|none, got {mode!r}")
-    min_g = 1 if mode == "none" else 2
+    est = get_estimator(mode, flag="group_advantages: mode")
+    min_g = est.min_group_size
     if group_size < min_g or rewards.numel() == 0 or rewards.numel() % group_size:
         raise ValueError(f"group_advantages: need group_size >= {min_g} dividing len(rewards) > 0; got "
                          f"group_size={group_size}, len(rewards)={rewards.numel()}")
@@ -55,15 +57,8 @@ def group_advantages(
     groups = r.view(-1, group_size)  # [B, G]
     mean = groups.mean(dim=1, keepdim=True)
     constant = groups.amax(dim=1) == groups.amin(dim=1)  # [B]
-    if mode == "grpo":
-        adv = (groups - mean) / (groups.std(dim=1, keepdim=True) + eps)
-    elif mode == "dr_grpo":
-        adv = groups - mean
-    elif mode == "rloo":
-        adv = (groups - mean) * (group_size / (group_size - 1))
-    else:
-        adv = groups.clone()
-    if mode != "none":
+    adv = est.formula(groups, mean, eps)
+    if est.baselined:
         adv[constant] = 0.0
     adv = adv.reshape(-1)
     stats = {

@@ -23,16 +23,25 @@ def register(subparsers: Any) -> None:
         "writes <out>/results.json (default runs/eval) with per-task counts and a task-level bootstrap interval.",
     )
     add_rlconfig_flags(e, exclude=TRAIN_ONLY)  # no --steps, --lr, --resume, ...: they do not apply
-    e.set_defaults(func=eval_main, out="runs/eval")  # never the training default: evaluating
-    # runs/default/checkpoints/... must not move that run aside
+    # never the training default out: evaluating runs/default/checkpoints/... must not move that run aside;
+    # steps=0 from the start, so RLConfig's training-only checks (fp16 needs loss scaling) do not apply
+    e.set_defaults(func=eval_main, out="runs/eval", steps=0)
 
 
 def train_main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl train`."""
+    from agentrl.eval.bootstrap import format_interval
+    from agentrl.io.results import validate_results
     from agentrl.rl.config import config_from_args
     from agentrl.rl.trainer import train
 
     path = train(config_from_args(args))
+    data = validate_results(path)
+    for ev in data["evaluations"]:
+        if ev["label"] in ("before", "after"):
+            print(f"pass@1 {ev['label']}: {format_interval(ev['pass_at_1'])}")
+    for p in data["paired"]:
+        print(f"paired {p['after']} - {p['before']}: {format_interval(p['diff'], signed=True)}")
     print(f"results: {path}")
     return 0
 
@@ -41,15 +50,14 @@ def eval_main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl eval`: the trainer's evaluation on its own (no optimizer step is taken)."""
     from agentrl.rl.config import config_from_args
     from agentrl.rl.session import RunSession
-    from agentrl.rl.trainer import run_eval
+    from agentrl.rl.trainer import run_eval, write_plots_and_report
 
     cfg = config_from_args(args)
     cfg.steps = 0
-    from agentrl.rl.trainer import write_plots_and_report
-
     with RunSession.open(cfg) as sess:
-        run_eval(sess, "eval", 0)
+        rep = run_eval(sess, "eval", 0)
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         write_plots_and_report(sess)
+    print(f"pass@1: {rep.pass_at_1.describe()} over {len(rep.tasks)} tasks")
     print(f"results: {sess.results_path}")
     return 0

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import agentrl.cli_args as _cli_args
+from agentrl.rl.estimators import ADV_ESTIMATORS, adv_mode_help
+from agentrl.rollout.device import DTYPE_HELP, DTYPES, canonical_dtype, dtype_arg
+from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
-AdvMode = Literal["grpo", "dr_grpo", "rloo", "none"]
-ADV_MODES: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "none")
+ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
 
 
 def _env_help() -> str:
@@ -26,8 +28,17 @@ def _env_help() -> str:
     return "Environment: " + "; ".join(f"{n} ({s.summary})" for n, s in env_specs().items()) + "."
 
 
-def _f(default: Any, help: str) -> Any:  # noqa: A002 - `help` is HfArgumentParser's metadata key
-    return field(default=default, metadata={"help": help})
+def _f(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002 - HfArgumentParser's key
+       type: Any = None) -> Any:  # noqa: A002 - argparse's keyword
+    """A field whose metadata becomes add_argument(help=..., choices=..., type=...) (as in HfArgumentParser):
+    `choices` from a registry (samplers, estimators, dtypes), `type` a converter run before the choices
+    check (dtype aliases -> the canonical name)."""
+    meta: dict[str, Any] = {"help": help}
+    if choices is not None:
+        meta["choices"] = list(choices)
+    if type is not None:
+        meta["type"] = type
+    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -61,17 +72,17 @@ class RLConfig:
     max_new_tokens: int = _f(256, "Maximum sampled tokens per assistant turn.")
     max_context_tokens: int = _f(4096, "Prompt + completion token budget per episode (then it ends out_of_tokens).")
     gen_batch: int = _f(16, "Episodes per generate call (bounds KV-cache memory).")
-    sampler: Literal["hf", "fast"] = _f("hf", "Token sampler: hf (batched HF generate) | fast (static KV cache + CUDA "
-                                              "graphs, Qwen3/Qwen2/Llama; see agentrl.rollout.fast_sampler).")
+    sampler: str = _f("hf", sampler_help(), tuple(SAMPLERS))
     temperature: float = _f(1.0, "Sampling temperature; the trainer divides its logits by the same value.")
     top_k: int | None = _f(None, "Top-k sampling: keep the k most likely tokens. Off unless given (leave the flag "
-                                 "out; then the sampler distribution equals the trained policy).")
-    top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off.")
+                                 "out); when given, the trainer applies the same mask when it recomputes log-probs.")
+    top_p: float = _f(1.0, "Top-p (nucleus) sampling; 1.0 = off. Below 1, the trainer applies the same nucleus "
+                           "mask when it recomputes log-probs (sampler = trainer).")
     thinking: bool = _f(False, "Thinking mode of templates that have one (Qwen3 enable_thinking): the policy writes "
                                "its own <think> block each turn, kept in the rows as sampled; --no-thinking "
                                "(default): the template's empty think block ends the prompt.")
     # -- loss and update
-    adv_mode: AdvMode = _f("grpo", "Advantage estimator: grpo | dr_grpo | rloo | none (see agentrl.rl.advantages).")
+    adv_mode: str = _f("grpo", adv_mode_help(), ADV_MODES)
     clip_low: float = _f(0.2, "PPO clip below: ratio floor 1 - clip_low (for negative advantages).")
     clip_high: float = _f(0.2, "PPO clip above: ratio ceiling 1 + clip_high (for positive advantages).")
     kl_coef: float = _f(0.0, "Weight of the k3 KL penalty to a frozen reference copy of the initial model (0 = off).")
@@ -110,7 +121,8 @@ class RLConfig:
     agent_isolation: str = _f("auto", "Harness sandbox: auto (bubblewrap where usable) | bwrap | none.")
     agent_binary: str = _f("", "Path of the harness binary (empty: $AGENTRL_OPENCODE, .venv/opencode, PATH).")
     # -- numerics and hardware
-    dtype: Literal["fp32", "bf16"] = _f("fp32", "Model parameter dtype.")
+    dtype: str = _f("fp32", DTYPE_HELP + " Training refuses fp16 (no loss scaling); eval takes it.", DTYPES,
+                    dtype_arg)
     gradient_checkpointing: bool = _f(False, "Recompute trunk activations in backward (saves memory, costs time).")
     device: str = _f("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
     tokenizer: str = _f("", "Tokenizer path if it is not beside the model (empty = the model's own).")
@@ -152,26 +164,35 @@ class RLConfig:
                      "keep_checkpoints", "max_observation_chars", "lora_r"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
-        if self.adv_mode not in ADV_MODES:
-            raise ValueError(f"RLConfig.adv_mode: expected one of {ADV_MODES}, got {self.adv_mode!r}")
-        if self.adv_mode in ("grpo", "dr_grpo", "rloo") and self.group_size < 2:
-            raise ValueError(f"RLConfig.group_size: adv_mode {self.adv_mode!r} needs group_size >= 2, "
-                             f"got {self.group_size}")
+        self._validate_names()
         for name in ("clip_low", "clip_high"):
             if not 0.0 < getattr(self, name) < (1.0 if name == "clip_low" else float("inf")):
                 raise ValueError(f"RLConfig.{name}: expected 0 < {name}" + (" < 1" if name == "clip_low" else "")
                                  + f", got {getattr(self, name)!r}")
         self._validate_floats()
         self._validate_async()
-        for name, choices in (("sampler", ("hf", "fast")), ("dtype", ("fp32", "bf16")),
-                              ("report_to", ("none", "tensorboard", "trackio", "wandb"))):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
-                                 f"got {getattr(self, name)!r}")
+        if self.report_to not in ("none", "tensorboard", "trackio", "wandb"):
+            raise ValueError("RLConfig.report_to: expected one of 'none', 'tensorboard', 'trackio', 'wandb', "
+                             f"got {self.report_to!r}")
         rows = self.prompts_per_step * self.group_size
         if self.minibatches > rows:
             raise ValueError(f"RLConfig.minibatches: {self.minibatches} minibatches need at least as many "
                              f"episodes per step, got prompts_per_step*group_size = {rows}")
+
+    def _validate_names(self) -> None:
+        """adv_mode and sampler are registered names; dtype is canonicalised (aliases accepted)."""
+        if self.adv_mode not in ADV_ESTIMATORS:
+            raise ValueError(f"RLConfig.adv_mode: expected one of {ADV_MODES}, got {self.adv_mode!r}")
+        need = ADV_ESTIMATORS[self.adv_mode].min_group_size
+        if self.group_size < need:
+            raise ValueError(f"RLConfig.group_size: adv_mode {self.adv_mode!r} needs group_size >= {need}, "
+                             f"got {self.group_size}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"RLConfig.sampler: expected one of {tuple(SAMPLERS)}, got {self.sampler!r}")
+        self.dtype = canonical_dtype(self.dtype, flag="RLConfig.dtype")
+        if self.dtype == "fp16" and self.steps > 0:
+            raise ValueError("RLConfig.dtype: fp16 training needs loss scaling, which agentrl does not do; use "
+                             "bf16 or fp32 (agentrl eval takes fp16)")
 
     def _validate_types(self) -> None:
         """Each field has its default's type: bool for flags, an int (not bool/float) for counts, a finite
@@ -221,7 +242,9 @@ class RLConfig:
             "lora_alpha": (self.lora_alpha > 0, "> 0"),
             "lora_dropout": (0.0 <= self.lora_dropout < 1.0, "in [0, 1)"),
             # the fast sampler reads the base weights directly and would sample without the adapters
-            "lora_r": (not (self.lora_r and self.sampler == "fast"), "0 with --sampler fast (LoRA needs --sampler hf)"),
+            "lora_r": (not (self.lora_r and not SAMPLERS[self.sampler].supports_lora),
+                       f"0 with --sampler {self.sampler} (it reads the base weights, not the adapters; LoRA needs "
+                       f"--sampler {' or '.join(n for n, x in SAMPLERS.items() if x.supports_lora)})"),
             # the resample matrix is n_boot x tasks: beyond this it costs memory, not precision
             "n_boot": (self.n_boot <= 1_000_000, "at most 1,000,000 resamples"),
         }
@@ -247,11 +270,13 @@ class RLConfig:
 TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
-    "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
+    "pack_rows", "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "resume",
 )
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {
     "randomize_names": "Keep the function under test's original name (it may hint at the bug).",
+    "pack_rows": "Run the update's trunk on the right-padded batch (padding computed, then ignored).",
 }
 
 
@@ -279,7 +304,9 @@ def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
     """Add one `--flag` (dashed, with an underscore twin) per RLConfig field not in `exclude`.
 
     Booleans take `--flag [true|false]` (bare `--flag` = true) and `--no-flag` with its own help
-    (NEGATIVE_HELP); Literal fields get `choices`; `top_k` takes an int.
+    (NEGATIVE_HELP); Literal fields get `choices`, and so do fields whose metadata names them (the sampler,
+    estimator and dtype registries), converted first by the metadata's `type` (dtype aliases); `top_k`
+    takes an int.
     Excluded fields are set to their defaults (`set_defaults`), so `config_from_args` still works.
     Standard library only: no transformers import while the CLI builds its parsers.
     """
@@ -298,6 +325,9 @@ def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
             neg = [f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"]  # the underscore twin is hidden in help
             off = NEGATIVE_HELP.get(f.name, f"Turn {flags[0]} off" + ("." if f.default else " (the default)."))
             parser.add_argument(*neg, dest=f.name, action="store_false", help=off)
+        elif "choices" in f.metadata:
+            parser.add_argument(*flags, choices=f.metadata["choices"], type=f.metadata.get("type", str),
+                                default=f.default, help=help_)
         elif typing.get_origin(kind) is Literal:
             parser.add_argument(*flags, choices=typing.get_args(kind), default=f.default, help=help_)
         else:

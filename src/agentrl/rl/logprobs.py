@@ -6,15 +6,23 @@ torch.utils.checkpoint, so its [chunk_rows, V] logits are freed after the forwar
 backward: prompt/tool tokens' full-vocabulary logits are never built, and at most one chunk's are alive.
 The head's post-processing that HF models apply in their own forward is mirrored: Gemma-style
 `final_logit_softcapping` and Cohere-style `logit_scale`; other custom heads are not covered.
+
+Sampler = trainer (DESIGN.md rule 2): the sampler's temperature, top-k and top-p are applied here by the
+very warpers the samplers use (agentrl.rollout.sampler.sampling_warpers), in the same order on the same
+fp32 logits, so the log-probs are those of the distribution that was sampled. Under top-k/top-p a token
+outside the current policy's kept set has log-prob -inf (the loss gives it ratio 0 and no gradient).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from agentrl.rl.packing import packable, packed_hidden
+from agentrl.rollout.sampler import SamplingConfig, sampling_warpers
 
 
 def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -40,9 +48,10 @@ def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     return trunk, head
 
 
-def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, inv_temp: float,
+def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, warpers: Any,
                 softcap: float | None, logit_scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """[M, H] hidden, [M] targets -> ([M] log p(target), [M] entropy), softmax in fp32 or fp64."""
+    """[M, H] hidden, [M] targets -> ([M] log p(target), [M] entropy) under the warped distribution,
+    softmax in fp32 or fp64."""
     logits = head(h)  # [M, V]
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # bf16/fp16 models: softmax in fp32
@@ -50,11 +59,12 @@ def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, inv_tem
         logits = logits * logit_scale
     if softcap is not None:  # Gemma-style final logit soft-capping, as the model's own forward does
         logits = torch.tanh(logits / softcap) * softcap
-    if inv_temp != 1.0:
-        logits = logits * inv_temp
+    if warpers:
+        logits = warpers(None, logits)  # temperature, then top-k / top-p masks (-inf), as the sampler does
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(1, targets[:, None]).squeeze(1)
-    entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+    finite = logp_all.masked_fill(torch.isinf(logp_all), 0.0) if warpers else logp_all  # 0 * -inf would be NaN
+    entropy = -(logp_all.exp() * finite).sum(dim=-1)
     return logp, entropy
 
 
@@ -66,6 +76,8 @@ def policy_logprobs(
     *,
     chunk_rows: int = 1024,
     temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
     pack: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability and entropy of the policy at each policy position.
@@ -77,7 +89,8 @@ def policy_logprobs(
             0..L-1, which is what generation used for an unpadded episode.
         policy_mask: [N, L]; 1 where input_ids[n, t] was sampled by the policy; column 0 must be 0.
         chunk_rows: policy positions per LM-head call (bounds the [chunk_rows, V] logits).
-        temperature: the sampler's temperature; logits are divided by it (rule 2 of DESIGN.md).
+        temperature, top_k, top_p: the sampler's settings (top_k 0 and top_p 1.0 are off); the logits are
+            warped exactly as the sampler warped them (rule 2 of DESIGN.md).
         pack: run the trunk padding-free (agentrl.rl.packing: rows packed into one sequence, block-diagonal
             causal attention, no compute on padding). None (default): when `packing.packable` says the model
             and batch allow it; True: required (ValueError if not packable); False: the padded forward.
@@ -86,16 +99,21 @@ def policy_logprobs(
     Returns:
         (logp [N, L], entropy [N, L]), float32 (float64 for an fp64 model): at policy positions (n, t), logp = log softmax(
         logits from hidden[n, t-1])[input_ids[n, t]] and entropy = the entropy of that next-token
-        distribution (nats); 0.0 elsewhere. Differentiable with respect to the model's parameters.
+        distribution (nats); 0.0 elsewhere. Differentiable with respect to the model's parameters. With
+        top_k/top_p, a target outside the kept set has logp -inf.
 
     Raises:
-        ValueError: shape mismatch, policy token at position 0, bad chunk_rows/temperature.
+        ValueError: shape mismatch, policy token at position 0, bad chunk_rows/temperature/top_k/top_p.
     """
     if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape or policy_mask.shape != input_ids.shape:
         raise ValueError(f"policy_logprobs: input_ids, attention_mask, policy_mask must share shape [N, L]; got "
                          f"{tuple(input_ids.shape)}, {tuple(attention_mask.shape)}, {tuple(policy_mask.shape)}")
-    if chunk_rows < 1 or temperature <= 0:
-        raise ValueError(f"policy_logprobs: need chunk_rows >= 1 and temperature > 0, got {chunk_rows}, {temperature}")
+    if chunk_rows < 1:
+        raise ValueError(f"policy_logprobs: need chunk_rows >= 1, got {chunk_rows}")
+    try:
+        warpers = sampling_warpers(SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
+    except ValueError as e:
+        raise ValueError(f"policy_logprobs: {e}") from None
     if bool(policy_mask[:, 0].any()):
         raise ValueError("policy_logprobs: policy_mask[:, 0] must be 0 (the first token has no context)")
     n, length = input_ids.shape
@@ -117,15 +135,14 @@ def policy_logprobs(
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     logit_scale = getattr(model, "logit_scale", None)
     logit_scale = float(logit_scale) if isinstance(logit_scale, (int, float)) else None
-    inv_temp = 1.0 / float(temperature)
     logps, ents = [], []
     for start in range(0, h_sel.shape[0], chunk_rows):
         h = h_sel[start: start + chunk_rows]
         t = targets[start: start + chunk_rows]
         if torch.is_grad_enabled() and h.requires_grad:
-            lp, en = checkpoint(_head_chunk, head, h, t, inv_temp, softcap, logit_scale, use_reentrant=False)
+            lp, en = checkpoint(_head_chunk, head, h, t, warpers, softcap, logit_scale, use_reentrant=False)
         else:
-            lp, en = _head_chunk(head, h, t, inv_temp, softcap, logit_scale)
+            lp, en = _head_chunk(head, h, t, warpers, softcap, logit_scale)
         logps.append(lp)
         ents.append(en)
     out_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32

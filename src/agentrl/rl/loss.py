@@ -47,7 +47,8 @@ def policy_loss(
         clip_frac_low (A<0 and r<1-clip_low), clip_frac_high (A>0 and r>1+clip_high), clip_frac,
         kl_sampler (k3 estimate of KL(sampler || trainer)), kl_ref (k3 vs reference, if given),
         logprob_gap_abs (mean |logp - old_logp|), logprob_gap (mean old_logp - logp), entropy,
-        and tokens (count, for token-weighted aggregation).
+        outside_support (fraction of tokens whose trainer logp is -inf under top-k/top-p; the KL and gap
+        stats are over the others), and tokens (count, for token-weighted aggregation).
 
     Raises:
         ValueError: mismatched shapes, normalizer <= 0, kl_coef > 0 without ref_logp.
@@ -60,8 +61,13 @@ def policy_loss(
     if kl_coef > 0 and ref_logp is None:
         raise ValueError("policy_loss: kl_coef > 0 needs ref_logp [N, T]")
     m = mask.to(logp.dtype)
-    delta = (logp - old_logp.to(logp.dtype)) * m  # 0 off-policy, so exp() never overflows there
-    ratio = torch.exp(delta)
+    # Under top-k/top-p a sampled token can fall outside the current policy's kept set: logp = -inf, so
+    # its ratio is exactly 0 (clipped either way: no gradient). Its inputs are zeroed BEFORE exp/subtract,
+    # so no inf or NaN reaches the graph or the stats; the stats count it in `outside_support`.
+    outside = mask.bool() & torch.isneginf(logp)
+    live = mask.bool() & ~outside
+    delta = torch.where(live, logp - old_logp.to(logp.dtype), 0.0)  # 0 off-policy, so exp() never overflows
+    ratio = torch.exp(delta).masked_fill(outside, 0.0)
     a = adv.to(logp.dtype)[:, None]
     surrogate = torch.maximum(-a * ratio, -a * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
     if weights is not None:
@@ -71,21 +77,26 @@ def policy_loss(
     loss = (surrogate * m).sum() / normalizer
     k3_ref = None
     if ref_logp is not None:
-        d_ref = (ref_logp.to(logp.dtype) - logp) * m
+        d_ref = torch.where(live, ref_logp.to(logp.dtype) - logp, 0.0)
         k3_ref = torch.exp(d_ref) - d_ref - 1.0
         if kl_coef > 0:
             loss = loss + kl_coef * (k3_ref * m).sum() / normalizer
     stats = _stats(delta.detach(), ratio.detach(), a.detach(), m.detach(), clip_low, clip_high,
-                   None if k3_ref is None else k3_ref.detach(), entropy)
+                   None if k3_ref is None else k3_ref.detach(), entropy, outside)
     return loss, stats
 
 
-def _stats(delta, ratio, a, m, clip_low, clip_high, k3_ref, entropy) -> dict[str, float]:
+def _stats(delta, ratio, a, m, clip_low, clip_high, k3_ref, entropy, outside) -> dict[str, float]:
     tokens = float(m.sum())
     denom = max(tokens, 1.0)
+    n_out = float(outside.sum())
+    live = m * (~outside).to(m.dtype)
 
     def mean(x: torch.Tensor) -> float:
         return float((x.to(torch.float64) * m).sum() / denom)
+
+    def live_mean(x: torch.Tensor) -> float:  # over tokens with a finite trainer log-prob
+        return float((x.to(torch.float64) * live).sum() / max(tokens - n_out, 1.0))
 
     low = ((a < 0) & (ratio < 1.0 - clip_low)).to(m.dtype)
     high = ((a > 0) & (ratio > 1.0 + clip_high)).to(m.dtype)
@@ -96,12 +107,13 @@ def _stats(delta, ratio, a, m, clip_low, clip_high, k3_ref, entropy) -> dict[str
         "clip_frac_high": mean(high),
         "clip_frac": mean(low + high),
         # x ~ sampler q, r = p/q: k3 = (r - 1) - log r, unbiased for KL(q || p) (Schulman 2020)
-        "kl_sampler": mean(ratio - 1.0 - delta),
-        "logprob_gap_abs": mean(delta.abs()),
-        "logprob_gap": mean(-delta),
+        "kl_sampler": live_mean(ratio - 1.0 - delta),
+        "logprob_gap_abs": live_mean(delta.abs()),
+        "logprob_gap": live_mean(-delta),
+        "outside_support": n_out / denom,
     }
     if k3_ref is not None:
-        stats["kl_ref"] = mean(k3_ref)
+        stats["kl_ref"] = live_mean(k3_ref)
     if entropy is not None:
         stats["entropy"] = mean(entropy.detach().to(m.dtype))
     return stats

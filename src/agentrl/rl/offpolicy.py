@@ -47,7 +47,7 @@ def truncated_is_weights(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask
         raise ValueError(f"truncated_is_weights: shapes differ {tuple(prox_logp.shape)}, {tuple(behav_logp.shape)}, "
                          f"{tuple(mask.shape)}")
     m = mask.bool()
-    ratio = torch.exp((prox_logp.double() - behav_logp.double()) * m)  # 1 off-policy
+    ratio = torch.exp(torch.where(m, prox_logp.double() - behav_logp.double(), 0.0))  # 1 off-policy; 0 if prox = -inf
     w = ratio.clamp(max=cap).float() * m + (~m).float()
     n = int(m.sum())
     r = ratio[m]
@@ -59,7 +59,8 @@ def truncated_is_weights(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask
 @torch.no_grad()
 def proximal_logprobs(model: Any, batch: TrainBatch, cfg: Any) -> torch.Tensor:
     """[N, L] log-probs of the current weights at the batch's policy positions (0 elsewhere), cfg.micro
-    rows per forward pass, with the trainer's temperature."""
+    rows per forward pass, under the sampler's own warpers (temperature, top-k, top-p), as the trainer
+    computes them. A token outside the current weights' top-k/top-p set has log-prob -inf."""
     device = next(model.parameters()).device
     out = torch.zeros(batch.old_logprobs.shape, dtype=torch.float32)
     was_training = model.training
@@ -69,8 +70,9 @@ def proximal_logprobs(model: Any, batch: TrainBatch, cfg: Any) -> torch.Tensor:
             rows = torch.arange(start, min(start + cfg.micro, batch.num_rows))
             mb = batch.select(rows, trim=False).to(device)
             logp, _ = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                      chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature)
-            out[rows] = (logp.float() * mb.policy_mask).cpu()
+                                      chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,
+                                      top_k=cfg.top_k or 0, top_p=cfg.top_p)
+            out[rows] = torch.where(mb.policy_mask.bool(), logp.float(), 0.0).cpu()
     finally:
         model.train(was_training)
     return out
@@ -88,6 +90,12 @@ def correct_stale_batch(model: Any, batch: TrainBatch, cfg: Any, staleness: int)
         return batch, {}
     prox = proximal_logprobs(model, batch, cfg)
     w, stats = truncated_is_weights(prox, batch.old_logprobs, batch.policy_mask, cfg.is_cap)
-    corrected = TrainBatch(batch.input_ids, batch.attention_mask, batch.policy_mask, prox * batch.policy_mask,
+    # under top-k/top-p a stale token can lie outside the proximal policy's kept set: pi_prox = 0, so its
+    # IS weight is exactly 0; its old log-prob stays the sampler's (finite), so the loss sees no inf
+    mask = batch.policy_mask.bool()
+    outside = mask & torch.isneginf(prox)
+    stats["is/frac_outside_support"] = float(outside.sum()) / max(int(mask.sum()), 1)
+    old = torch.where(outside, batch.old_logprobs.float(), prox) * batch.policy_mask
+    corrected = TrainBatch(batch.input_ids, batch.attention_mask, batch.policy_mask, old,
                            batch.advantages, batch.rewards, is_weights=w)
     return corrected, stats

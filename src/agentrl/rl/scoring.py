@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from agentrl.rl.advantages import ADV_EPS, group_advantages
+from agentrl.rl.estimators import get_estimator
 from agentrl.rollout.trajectory import Trajectory
 
 # End reasons `mask_truncated` masks: the limits (the driver's env_error is unscorable anyway).
@@ -57,7 +58,7 @@ def episode_advantages(
     if not trajs:
         raise ValueError("episode_advantages: expected at least one trajectory, got none")
     adv = torch.zeros(len(trajs), dtype=torch.float32)
-    min_scorable = 1 if mode == "none" else 2
+    min_scorable = get_estimator(mode, flag="episode_advantages: mode").min_group_size
     zero_std = untrainable = 0
     groups = groups_by_id(trajs)
     for rows in groups.values():

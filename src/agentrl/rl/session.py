@@ -23,26 +23,12 @@ from typing import Any
 import torch
 
 from agentrl.rl.config import RLConfig
+from agentrl.rollout.device import resolve_device, resolve_dtype
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.sets import TaskSets, task_sets
 from agentrl.tasks.task import Task
 
 log = logging.getLogger("agentrl.train")
-DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-
-
-def resolve_device(device: str) -> str:
-    """"auto" -> "cuda" if available else "cpu"; a CUDA device this torch cannot use is a ValueError."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        kind = torch.device(device).type
-    except RuntimeError as e:
-        raise ValueError(f"--device {device!r} is not a torch device; expected auto, cpu, cuda or cuda:N") from e
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device} requested, but this torch ({torch.__version__}) sees no CUDA device; "
-                         "use --device cpu or auto")
-    return device
 
 
 def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
@@ -162,6 +148,7 @@ class _Inputs:
     tokenizer: Any
     device: str
     tool_schemas: list
+    dtype: str = "fp32"  # the concrete dtype loaded (--dtype auto resolved)
 
 
 def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
@@ -176,9 +163,13 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
     from agentrl.rollout.models import load_policy
 
     device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, cfg.model, allow_download=cfg.allow_download)  # "auto": the checkpoint's
+    if dtype == "fp16" and cfg.steps:
+        raise ValueError(f"--dtype {cfg.dtype}: model {cfg.model!r} is stored in fp16; fp16 training needs loss "
+                         "scaling, which agentrl does not do; pass --dtype bf16 or fp32")
     torch.manual_seed(cfg.seed)
     try:
-        model, tok = load_policy(cfg.model, DTYPES[cfg.dtype], device, cfg.allow_download,
+        model, tok = load_policy(cfg.model, dtype, device, cfg.allow_download,
                                  tokenizer_path=cfg.tokenizer or None, seed=cfg.seed,
                                  chat_template=cfg.chat_template or None)
     except (FileNotFoundError, ValueError):
@@ -196,7 +187,7 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
                          f"check: {e}") from e
     finally:
         env.close()
-    return _Inputs(model, tok, device, schemas)
+    return _Inputs(model, tok, device, schemas, dtype)
 
 
 def resume_hint(cfg: RLConfig, out: Path) -> str:
@@ -231,7 +222,7 @@ class RunSession:
     progress: Any = None  # a rich Progress (agentrl.io.log.progress) shown while the run is open
     tracker: Any = None  # the --report-to tracker (agentrl.io.trackers.Tracker), open while the run is
     t_start: float = field(default_factory=time.perf_counter)
-    fast_sampler: bool = False  # the sampler is agentrl's fast sampler built for `model` (rebuilt for copies)
+    registered_sampler: bool = False  # the sampler is the registered --sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
 
     @property
@@ -296,12 +287,16 @@ class RunSession:
         """A separate copy of the policy for rollouts that run while the learner updates (no gradients,
         eval mode; its own fast sampler when the run uses one). `sync_weights` refreshes it."""
         model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        sampler = self.sampler
-        if self.fast_sampler:
-            from agentrl.rollout.fast_sampler import fast_sampler_for
-
-            sampler = fast_sampler_for(model, self.tokenizer, self.sampling_config(), max_batch=self.cfg.gen_batch)
+        sampler = self.build_sampler(model) if self.registered_sampler else self.sampler
         return RolloutPolicy(model, sampler)
+
+    def build_sampler(self, model: Any) -> Any:
+        """The registered --sampler (agentrl.rollout.samplers) for `model` with this run's sampling
+        settings; None for the driver's own HF generate path."""
+        from agentrl.rollout.samplers import build_sampler
+
+        return build_sampler(self.cfg.sampler, model, self.tokenizer, self.sampling_config(),
+                             max_batch=self.cfg.gen_batch, enable_thinking=self.cfg.thinking)
 
     def sync_weights(self, policy: RolloutPolicy) -> None:
         """Copy the learner's weights into `policy.model` in place (so samplers holding its tensors,
@@ -415,12 +410,9 @@ class RunSession:
         sess = None
         try:
             sess = cls._load(cfg, out, tasks, sandbox, inputs)
-            if sampler is None and cfg.sampler == "fast":
-                from agentrl.rollout.fast_sampler import fast_sampler_for
-
-                sampler = fast_sampler_for(sess.model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch,
-                                           enable_thinking=cfg.thinking)
-                sess.fast_sampler = True
+            if sampler is None:  # the registered --sampler (None for the driver's HF generate path)
+                sampler = sess.build_sampler(sess.model)
+                sess.registered_sampler = True
             sess.sampler = sampler
             sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
             with progress(transient=True) as bars:
@@ -452,6 +444,7 @@ class RunSession:
         from agentrl.rl.update import enable_gradient_checkpointing
 
         model, tok, device, schemas = inputs.model, inputs.tokenizer, inputs.device, inputs.tool_schemas
+        log.info("model %s on %s in %s (--dtype %s)", cfg.model, device, inputs.dtype, cfg.dtype)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         model = _with_lora(cfg, model)

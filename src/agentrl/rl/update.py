@@ -23,7 +23,7 @@ from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
 
 _WEIGHTED = ("ratio_mean", "clip_frac_low", "clip_frac_high", "clip_frac", "kl_sampler", "kl_ref",
-             "logprob_gap_abs", "logprob_gap", "entropy")
+             "logprob_gap_abs", "logprob_gap", "entropy", "outside_support")
 
 
 def accumulate_gradients(
@@ -33,8 +33,8 @@ def accumulate_gradients(
 
     Args:
         batch: the minibatch (any N rows).
-        cfg: needs micro, clip_low, clip_high, kl_coef, temperature, logprob_chunk_rows; pack_rows (default
-            True: padding-free trunk where agentrl.rl.packing.packable allows, else the padded forward).
+        cfg: needs micro, clip_low, clip_high, kl_coef, temperature, top_k, top_p, logprob_chunk_rows; pack_rows
+            (default True: padding-free trunk where agentrl.rl.packing.packable allows, else the padded forward).
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
         ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
             agentrl.models.lora.AdapterOffReference of `model`.
@@ -53,10 +53,14 @@ def accumulate_gradients(
         mb = batch.select(active[start: start + cfg.micro])
         if mb.num_policy_tokens == 0:
             continue
+        # the sampled distribution: the sampler's temperature AND its top-k/top-p masks (sampler = trainer)
         logp, ent = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                    chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature, pack=pack)
+                                    chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,
+                                    top_k=cfg.top_k or 0, top_p=cfg.top_p, pack=pack)
         ref_logp = None
         if ref_model is not None and kl_on:
+            # the KL anchor is the reference's full tempered distribution, not a truncated one: its support
+            # covers every sampled token, so k3 stays finite when the policy's kept set moves
             with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
                 ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
                                               chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,

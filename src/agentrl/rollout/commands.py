@@ -25,7 +25,8 @@ class SmokeConfig:
         env: environment name (agentrl.envs.make_env).
         episodes: held-out episodes to run.
         max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
-        dtype / device: model placement; allow_download: let HF fetch missing files.
+        dtype / device: model placement (agentrl.rollout.device's vocabulary: fp32 | bf16 | fp16 | auto and
+            aliases; auto | cpu | cuda | cuda:N); allow_download: let HF fetch missing files.
         show: transcripts to print; seed: tasks, names, sampling.
         thinking: template thinking mode (Qwen3 enable_thinking: the policy writes its own think block).
     """
@@ -39,7 +40,7 @@ class SmokeConfig:
     max_new_tokens: int = 64
     gen_batch: int = 8
     max_context_tokens: int = 4096
-    dtype: str = "float32"
+    dtype: str = "fp32"
     device: str = "cpu"
     allow_download: bool = False
     show: int = 2
@@ -61,8 +62,10 @@ def register(subparsers: Any) -> None:
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
         kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name))
-    p.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--device", default=d.device)
+    from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+
+    p.add_argument("--dtype", default=d.dtype, type=dtype_arg, choices=DTYPES, help=DTYPE_HELP)
+    p.add_argument("--device", default=d.device, help=DEVICE_HELP)
     p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
     p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
                    help="template thinking mode: the policy writes its own <think> block (default: off)")
@@ -110,6 +113,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     """
     from agentrl.chat.tito import assert_tito_consistent
     from agentrl.envs import check_env
+    from agentrl.rollout.device import resolve_device
     from agentrl.rollout.driver import RolloutConfig, run_episodes
     from agentrl.rollout.models import load_policy
     from agentrl.rollout.sampler import SamplingConfig
@@ -117,8 +121,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     if cfg.episodes < 1:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
-    model, tok = load_policy(cfg.model, cfg.dtype, cfg.device, cfg.allow_download, tokenizer_path=cfg.tokenizer,
-                             chat_template=cfg.chat_template)
+    model, tok = load_policy(cfg.model, cfg.dtype, resolve_device(cfg.device), cfg.allow_download,
+                             tokenizer_path=cfg.tokenizer, chat_template=cfg.chat_template)
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
     fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.thinking)

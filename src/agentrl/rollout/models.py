@@ -15,6 +15,8 @@ from typing import Any
 
 from agentrl.chat.template import chat_template_of
 from agentrl.paths import resolve_asset
+from agentrl.rollout.device import canonical_dtype
+from agentrl.rollout.device import torch_dtype as resolve_torch_dtype
 
 # Qwen3-0.6B's config.json with these fields replaced (about 9.8M parameters, mostly the tied embedding).
 TINY_QWEN3_OVERRIDES: dict[str, Any] = {
@@ -42,7 +44,6 @@ SMALL_QWEN3_OVERRIDES: dict[str, Any] = {
 PRESET_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-qwen3": TINY_QWEN3_OVERRIDES, "small-qwen3": SMALL_QWEN3_OVERRIDES}
 PRESETS = tuple(PRESET_OVERRIDES)
 QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -58,14 +59,6 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str | os.PathLike:
     if p.is_dir() and not (p / "config.json").is_file() and (p / "model").is_dir():
         return p / "model"
     return name_or_path
-
-
-def _torch_dtype(dtype: str):
-    import torch
-
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-    return getattr(torch, dtype)
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = False):
@@ -144,7 +137,7 @@ def _load_hint(path: Path, allow_download: bool) -> str:
 
 def load_policy(
     name_or_path: str | os.PathLike,
-    dtype: str = "float32",
+    dtype: str = "fp32",
     device: str = "cpu",
     allow_download: bool = False,
     *,
@@ -160,7 +153,9 @@ def load_policy(
             folder with config + weights, an agentrl checkpoint folder (`.../checkpoints/step_N`: its
             `model/` is loaded), a folder of LoRA adapters (its base is loaded and the adapters merged
             in), or a hub id ("Qwen/Qwen3-0.6B").
-        dtype: "float32" (default: the sampler's and trainer's log-probs agree), "bfloat16", "float16".
+        dtype: any spelling agentrl.rollout.device accepts: "fp32" (default: the sampler's and trainer's
+            log-probs agree), "bf16", "fp16", "auto" (the checkpoint's own dtype; a LoRA folder's base's),
+            or an alias ("float32", "bfloat16", ...).
         device: torch device string.
         allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
         tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3", the asset
@@ -183,12 +178,13 @@ def load_policy(
     from agentrl.models.lora import is_adapter_dir
     from agentrl.models.pretrained import PRETRAINED, resolve_pretrained
 
-    torch_dtype = _torch_dtype(dtype)
+    canonical_dtype(dtype)  # a bad spelling fails before anything is loaded
     if str(name_or_path) in PRETRAINED:
         name_or_path = resolve_pretrained(str(name_or_path))
     if is_adapter_dir(resolve_model_dir(name_or_path)):
         return _load_adapter_policy(Path(resolve_model_dir(name_or_path)), dtype, device, allow_download,
                                     tokenizer_path=tokenizer_path, chat_template=chat_template)
+    torch_dtype = resolve_torch_dtype(dtype, name_or_path, allow_download=allow_download)
     if str(name_or_path) in PRESET_OVERRIDES:
         tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
         with torch.random.fork_rng(devices=[]):
@@ -227,8 +223,8 @@ def _load_adapter_policy(folder: Path, dtype: str, device: str, allow_download: 
     from agentrl.models.lora import adapter_base, load_adapter_into
 
     base, seed = adapter_base(folder)
-    model, _ = load_policy(base, "float32", device, allow_download, seed=seed)
-    model = load_adapter_into(model, folder).to(_torch_dtype(dtype))
+    model, _ = load_policy(base, "fp32", device, allow_download, seed=seed)  # merged in fp32, then cast
+    model = load_adapter_into(model, folder).to(resolve_torch_dtype(dtype, base, allow_download=allow_download))
     tok = load_tokenizer(tokenizer_path or folder, allow_download=allow_download)
     if chat_template:
         from agentrl.chat.bundled import apply_chat_template

@@ -24,11 +24,14 @@ def register(subparsers: Any) -> None:
                               "every call's token ids and sampler log-probs per rollout (API key = rollout id)")
     p.add_argument("--model", default="tiny-qwen3", help="tiny-qwen3 | local folder | HF id in the local cache")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's own)")
-    p.add_argument("--sampler", default="hf", choices=("hf", "fast"), help="HF generate or the fast static-KV sampler")
+    from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+    from agentrl.rollout.samplers import SAMPLERS, sampler_help
+
+    p.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="fp32", type=dtype_arg, choices=DTYPES, help=DTYPE_HELP)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
     p.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
     p.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
@@ -43,19 +46,16 @@ def register(subparsers: Any) -> None:
 
 def build_server(args: argparse.Namespace) -> Any:
     """The PolicyServer that `args` describe (model loaded, sampler built)."""
-    from agentrl.rl.session import resolve_device
+    from agentrl.rollout.device import resolve_device
     from agentrl.rollout.models import load_policy
     from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.rollout.samplers import build_sampler
     from agentrl.serve.policy_server import PolicyServer, RolloutBudget
 
     device = resolve_device(args.device)
     model, tok = load_policy(args.model, args.dtype, device, args.allow_download, tokenizer_path=args.tokenizer)
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch)
-    sampler = None
-    if args.sampler == "fast":
-        from agentrl.rollout.fast_sampler import fast_sampler_for
-
-        sampler = fast_sampler_for(model, tok, sampling, max_batch=args.gen_batch)
+    sampler = build_sampler(args.sampler, model, tok, sampling, max_batch=args.gen_batch)  # None: HF generate
     budget = RolloutBudget(max_calls=args.max_calls, max_completion_tokens=args.max_rollout_tokens,
                            max_wall_s=args.max_wall_s)
     return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=args.max_context_tokens,

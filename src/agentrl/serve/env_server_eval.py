@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("agentrl.serve")
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass
@@ -57,13 +56,13 @@ class ModelScore:
 
 def _rollouts(cfg: Any, url: str, env_name: str, model_name: str, tasks: list, concurrency: int) -> list:
     """eval_n episodes per task of `model_name` over RemoteEnv sessions, `concurrency` at a time."""
-    from agentrl.rl.session import resolve_device
+    from agentrl.rollout.device import resolve_device
     from agentrl.rollout.driver import RolloutConfig, run_episodes
     from agentrl.rollout.models import load_policy
     from agentrl.rollout.sampler import SamplingConfig
     from agentrl.serve.env_server_client import RemoteEnv
 
-    model, tok = load_policy(model_name, dtype=_DTYPES.get(cfg.dtype, cfg.dtype), device=resolve_device(cfg.device),
+    model, tok = load_policy(model_name, dtype=cfg.dtype, device=resolve_device(cfg.device),
                              allow_download=cfg.allow_download, tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
     rcfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                                  top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch),

@@ -37,8 +37,9 @@ class SFTRunConfig:
         max_turns: environment turn limit (None: its default).
         from_jsonl: train on this JSONL (token-level or chat-messages records) instead of expert episodes.
         save_jsonl: also write the training trajectories here.
-        out: output folder; device: "auto" (cuda if available) or a torch device; dtype: float32 | bfloat16
-            (bfloat16 = autocast with fp32 master weights); gradient_checkpointing: activation checkpointing.
+        out: output folder; device: "auto" (cuda if available) or a torch device; dtype: fp32 | bf16 | auto
+            or an alias (agentrl.rollout.device; bf16 = autocast with fp32 master weights; fp16 is refused:
+            no loss scaling); gradient_checkpointing: activation checkpointing.
         thinking: template thinking mode (Qwen3 enable_thinking), as `agentrl train --thinking` samples: each
             expert turn is the template's own rendering of it as a thinking-mode turn.
         lora_r / lora_alpha / lora_dropout / lora_target_modules: LoRA adapters (r > 0; agentrl.models.lora):
@@ -59,7 +60,7 @@ class SFTRunConfig:
     save_jsonl: str | None = None
     out: str = "runs/sft"
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "fp32"
     gradient_checkpointing: bool = False
     thinking: bool = False
     lora_r: int = 0
@@ -89,8 +90,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
     p.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
     p.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default=d.dtype, choices=("float32", "fp32", "bfloat16", "bf16"))
+    from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+
+    p.add_argument("--device", default=d.device, help=DEVICE_HELP)
+    p.add_argument("--dtype", default=d.dtype, type=dtype_arg, choices=DTYPES,
+                   help=DTYPE_HELP + " Weights stay fp32; bf16 runs forward/backward under autocast.")
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
                    help="template thinking mode, as train --thinking (default: off)")
@@ -109,20 +113,17 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """CLI entry: split `args` into SFTRunConfig + SFTConfig and run; exit code 0 on success."""
+    from agentrl.rollout.device import resolve_dtype
+
     run = SFTRunConfig(**{f.name: getattr(args, f.name) for f in fields(SFTRunConfig)})
-    dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(run.dtype, run.dtype)
+    dtype = resolve_dtype(run.dtype, run.model)
+    if dtype == "fp16":
+        raise ValueError(f"--dtype {run.dtype}: fp16 SFT needs loss scaling, which agentrl does not do; "
+                         "pass --dtype bf16 (autocast) or fp32")
     knobs = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if hasattr(args, f.name)}
-    cfg = SFTConfig(**knobs, autocast_bf16=dtype == "bfloat16")
+    cfg = SFTConfig(**knobs, autocast_bf16=dtype == "bf16")
     run_sft(SFTRunConfig(**{**asdict(run), "dtype": dtype}), cfg)
     return 0
-
-
-def _device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
 
 
 def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
@@ -162,6 +163,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.io.log import setup_logging
     from agentrl.io.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.update import enable_gradient_checkpointing
+    from agentrl.rollout.device import resolve_device
     from agentrl.rollout.models import load_policy
     from agentrl.sft.data import save_trajectories
     from agentrl.sft.trainer import policy_nll, save_policy, sft
@@ -171,10 +173,10 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():
         raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
     t0 = time.perf_counter()
-    device = _device(run.device)
+    device = resolve_device(run.device)  # a bad --device is refused before an earlier output is moved
     # Every input (model, tokenizer, its template, the data) is loaded and checked before an earlier
-    # output in --out is moved aside. fp32 master weights always; bfloat16 means autocast.
-    model, tok = load_policy(run.model, "float32", device, tokenizer_path=run.tokenizer, seed=cfg.seed,
+    # output in --out is moved aside. fp32 master weights always; bf16 means autocast (SFTConfig.autocast_bf16).
+    model, tok = load_policy(run.model, "fp32", device, tokenizer_path=run.tokenizer, seed=cfg.seed,
                              chat_template=run.chat_template)
     trajs = _trajectories(run, cfg, tok)
     if not trajs:
