@@ -133,10 +133,9 @@ def test_packed_equals_padded_with_lora(tiny_qwen3, make_batch, checkpointing):
 
 def test_lora_update_takes_the_packed_path(tiny_qwen3, make_batch):
     """accumulate_gradients on a LoRA policy with pack_rows on runs the packed trunk for policy and reference."""
-    from types import SimpleNamespace
-
     from agentrl.models.lora import AdapterOffReference
     from agentrl.rl import logprobs as logprobs_mod
+    from agentrl.rl.config import RLConfig
     from agentrl.rl.update import accumulate_gradients
 
     model = _lora(tiny_qwen3(dtype=torch.float64), dropout=0.1)
@@ -149,8 +148,7 @@ def test_lora_update_takes_the_packed_path(tiny_qwen3, make_batch):
         calls.append(1)
         return orig(*a, **k)
 
-    cfg = SimpleNamespace(micro=2, clip_low=0.2, clip_high=0.28, kl_coef=0.05, temperature=1.0,
-                          logprob_chunk_rows=7, pack_rows=True)
+    cfg = RLConfig(micro=2, kl_coef=0.05, logprob_chunk_rows=7, pack_rows=True)
     logprobs_mod.packed_hidden = spy
     try:
         accumulate_gradients(model, b, cfg, normalizer=b.num_policy_tokens, ref_model=AdapterOffReference(model))
