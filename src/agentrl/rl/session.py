@@ -287,7 +287,13 @@ class RunSession:
         """A separate copy of the policy for rollouts that run while the learner updates (no gradients,
         eval mode; its own fast sampler when the run uses one). `sync_weights` refreshes it."""
         model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        sampler = self.build_sampler(model) if self.registered_sampler else self.sampler
+        if self.registered_sampler:
+            sampler = self.build_sampler(model)
+        else:
+            from agentrl.rollout.driver import bind_sampler
+
+            sampler = self.sampler
+            bind_sampler(sampler, model, self.tokenizer)
         return RolloutPolicy(model, sampler)
 
     def build_sampler(self, model: Any) -> Any:
@@ -414,6 +420,9 @@ class RunSession:
                 sampler = sess.build_sampler(sess.model)
                 sess.registered_sampler = True
             sess.sampler = sampler
+            from agentrl.rollout.driver import bind_sampler
+
+            bind_sampler(sampler, sess.model, sess.tokenizer)
             sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
             with progress(transient=True) as bars:
                 sess.progress = bars
