@@ -190,6 +190,13 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
     return _Inputs(model, tok, device, schemas, dtype)
 
 
+def run_task_sets(cfg: RLConfig) -> TaskSets:
+    """The run's training and held-out tasks, as cfg selects them (deterministic in cfg.seed)."""
+    return task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
+                     randomize=cfg.randomize_names, seed=cfg.seed,
+                     reward_includes_shown_test=cfg.reward_includes_shown_test)
+
+
 def resume_hint(cfg: RLConfig, out: Path) -> str:
     """How to continue an interrupted or failed run: the command (every non-default setting, then --resume)
     when a checkpoint exists, else why it cannot be resumed."""
@@ -224,6 +231,7 @@ class RunSession:
     t_start: float = field(default_factory=time.perf_counter)
     registered_sampler: bool = False  # the sampler is the registered --sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
+    main_process: bool = True  # False on the other ranks of a data-parallel run (agentrl.dist): they write nothing
 
     @property
     def results_path(self) -> Path:
@@ -271,6 +279,15 @@ class RunSession:
         finally:
             if bar is not None:
                 self.progress.remove_task(bar)
+
+    def update(self, batch: Any, *, group_ids: Sequence[int], generator: torch.Generator | None,
+               minibatches: int) -> dict[str, float]:
+        """The step's update on `batch` (agentrl.rl.update.minibatch_step on the learner). `group_ids`:
+        each row's GRPO group (a data-parallel session, agentrl.dist, trains each group on one rank)."""
+        from agentrl.rl.update import minibatch_step
+
+        return minibatch_step(self.model, self.optimizer, batch, self.cfg, ref_model=self.ref_model,
+                              generator=generator, minibatches=minibatches)
 
     def _agent_for(self, model: Any, sampler: Any) -> Any:
         """The agent backend sampling `model` (built once per model; agentrl.rl.backends)."""
@@ -367,13 +384,14 @@ class RunSession:
         from agentrl.envs import env_names
 
         cfg.validate()
+        if (cfg.rollout_workers or cfg.ray_graders) and cls is RunSession:
+            raise ValueError("--rollout-workers / --ray-graders need agentrl.dist's sessions: run `agentrl train` (or "
+                             "agentrl.dist.train.train_scaled)")
         if cfg.env not in env_names():
             raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
         out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
         resolve_device(cfg.device)
-        tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                          randomize=cfg.randomize_names, seed=cfg.seed,
-                          reward_includes_shown_test=cfg.reward_includes_shown_test)
+        tasks = run_task_sets(cfg)
         if cfg.steps and not tasks.train:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         check_env_fits_tasks(cfg.env, tasks)
@@ -393,14 +411,20 @@ class RunSession:
                 yield sess
 
     @classmethod
+    def make_sandbox(cls, cfg: RLConfig) -> Any:
+        """The run's sandbox: agentrl.sandbox.Sandbox() (agentrl.dist's Ray session grades in Ray actors)."""
+        from agentrl.sandbox import Sandbox
+
+        return Sandbox()
+
+    @classmethod
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
         from agentrl.cli_checks import archive_previous
         from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.io.trackers import open_tracker
-        from agentrl.sandbox import Sandbox
 
-        sandbox = Sandbox()
+        sandbox = cls.make_sandbox(cfg)
         try:  # every input is loaded and checked before an earlier run in `out` is touched
             inputs = _load_inputs(cfg, tasks, sandbox)
         except BaseException:
