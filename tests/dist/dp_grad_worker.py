@@ -31,7 +31,7 @@ from agentrl.rl.update import accumulate_gradients, minibatch_step  # noqa: E402
 
 def cfg(**kw):
     base = dict(micro=2, clip_low=0.2, clip_high=0.3, kl_coef=0.0, temperature=1.0, logprob_chunk_rows=7,
-                epochs=1, minibatches=1, max_grad_norm=1.0)
+                epochs=1, minibatches=1, max_grad_norm=1.0, top_k=None, top_p=1.0)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -67,6 +67,17 @@ def main() -> None:
                           "normalizer": st["normalizer"], "passes": st["passes"],
                           "grad_norm_1p": float(torch.linalg.vector_norm(
                               torch.stack([p.grad.norm() for p in ref.parameters()])))}
+
+    # -- the same under the sampler's top-p mask (the loss sees the truncated distribution on every rank)
+    c = cfg(top_p=0.9)
+    engine = build_engine(model, "cpu")
+    st = dp_accumulate(engine, batch, mine, ctx, c)
+    dp_grads = {n: _full(p.grad).detach().clone() for n, p in engine.lm.named_parameters()}
+    if ctx.is_main:
+        ref = make_tiny_qwen3(dtype=torch.float64, tie=False)
+        ref_st = accumulate_gradients(ref, batch, c, normalizer=batch.num_policy_tokens)
+        report["grad_top_p"] = {"max_rel_err": max(rel_err(dp_grads[n], p.grad) for n, p in ref.named_parameters()),
+                                "loss_dp": st["loss"], "loss_1p": ref_st["loss"]}
 
     # -- full update: shuffled minibatches, clipping, SGD with momentum (linear in the gradients, so the
     # comparison keeps the gradients' precision; AdamW's first steps are sign(g) * lr and would turn

@@ -30,6 +30,9 @@ def test_two_ranks_give_the_one_process_gradient_and_update(tmp_path, run_torchr
     assert g["params"] == 25 and g["max_rel_err"] < 1e-6, g
     assert math.isclose(g["loss_dp"], g["loss_1p"], rel_tol=1e-6)
     assert g["normalizer"] == 92 and g["passes"] == 2  # rank 1 ran one pass fewer of real rows
+    tp = rep["grad_top_p"]  # top-p 0.9: the sampler's truncated distribution, on both sides
+    assert tp["max_rel_err"] < 1e-6 and math.isclose(tp["loss_dp"], tp["loss_1p"], rel_tol=1e-6)
+    assert not math.isclose(tp["loss_1p"], g["loss_1p"], rel_tol=1e-3)  # the mask did change the loss
     st = rep["step"]
     assert st["max_rel_err_update"] < 1e-6, st
     for k, (dp, one) in st["metrics"].items():

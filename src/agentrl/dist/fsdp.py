@@ -33,10 +33,11 @@ class LogprobEngine(nn.Module):
         super().__init__()
         self.lm = lm
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, policy_mask: torch.Tensor, *,
-                chunk_rows: int = 1024, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-        return policy_logprobs(self.lm, input_ids, attention_mask, policy_mask, chunk_rows=chunk_rows,
-                               temperature=temperature)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, policy_mask: torch.Tensor,
+                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """policy_logprobs(lm, input_ids, attention_mask, policy_mask, **kwargs) (chunk_rows, temperature,
+        top_k, top_p, ...)."""
+        return policy_logprobs(self.lm, input_ids, attention_mask, policy_mask, **kwargs)
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

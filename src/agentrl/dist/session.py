@@ -94,12 +94,9 @@ def open_rank_session(cls: type[RunSession], cfg: RLConfig, sampler: Any = None,
         results = RankLocalResults(out / "results.json", cfg.to_dict(), seed=cfg.seed, write=False)
         sess = cls(cfg=cfg, out=out, model=model, tokenizer=inputs.tokenizer, optimizer=None, sandbox=sandbox,
                    tasks=tasks, results=results, device=inputs.device, ref_model=ref, main_process=False)
-        if sampler is None and cfg.sampler == "fast":
-            from agentrl.rollout.fast_sampler import fast_sampler_for
-
-            sampler = fast_sampler_for(model, sess.tokenizer, sess.sampling_config(), max_batch=cfg.gen_batch,
-                                       enable_thinking=cfg.thinking)
-            sess.fast_sampler = True
+        if sampler is None:  # the registered --sampler, as RunSession.open builds it
+            sampler = sess.build_sampler(model)
+            sess.registered_sampler = True
         sess.sampler, sess.tracker = sampler, Tracker()
         sess.progress = LineProgress(logging.getLogger(f"agentrl.{name}"), interval_s=float("inf"))
         yield sess
@@ -196,13 +193,17 @@ class DataParallelSession(RunSession):
         return m
 
     # -- persistence ------------------------------------------------------------------------------
-    def checkpoint(self, step: int) -> Path | None:
+    def decide(self, flag: bool) -> bool:
+        """Rank 0's decision on every rank (e.g. its wall-clock budget), so all ranks leave the loop together."""
+        return bool(self.ctx.broadcast_object(bool(flag)))
+
+    def checkpoint(self, step: int, final: bool = False) -> Path | None:
         """RunSession.checkpoint in the single-process format: the optimizer state is gathered from the
         shards (collective), rank 0 writes the plain model and that state."""
         from agentrl.dist.fsdp import gather_optimizer_state
 
         every = self.cfg.checkpoint_every
-        if not every or (step % every and step != self.cfg.steps):
+        if not every or (step % every and step != self.cfg.steps and not final):
             return None
         state = gather_optimizer_state(self.engine, self.optimizer, self.model, is_main=self.ctx.is_main)
         if not self.ctx.is_main:
@@ -212,6 +213,6 @@ class DataParallelSession(RunSession):
         holder.load_state_dict(state)
         live, self.optimizer = self.optimizer, holder
         try:
-            return super().checkpoint(step)
+            return super().checkpoint(step, final=final)
         finally:
             self.optimizer = live

@@ -28,10 +28,8 @@ from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
-from agentrl.rl.update import peak_memory_bytes
+from agentrl.rl.update import _WEIGHTED, peak_memory_bytes  # the same token-weighted stats
 
-_WEIGHTED = ("ratio_mean", "clip_frac_low", "clip_frac_high", "clip_frac", "kl_sampler", "kl_ref",
-             "logprob_gap_abs", "logprob_gap", "entropy")
 
 
 def _chunks(mb: TrainBatch | None, cfg: Any) -> list[torch.Tensor]:
@@ -51,8 +49,10 @@ def _chunks(mb: TrainBatch | None, cfg: Any) -> list[torch.Tensor]:
 def _pass(engine: Any, sub: TrainBatch, cfg: Any, normalizer: float, ref_model: Any, scale: float
           ) -> dict[str, float]:
     """One forward/backward of `sub` (loss / normalizer, times `scale`); its policy_loss stats."""
+    # as agentrl.rl.update.accumulate_gradients: the sampled distribution (temperature, top-k/top-p) for the
+    # policy, the reference's full tempered distribution for the KL anchor
     logp, ent = engine(sub.input_ids, sub.attention_mask, sub.policy_mask, chunk_rows=cfg.logprob_chunk_rows,
-                       temperature=cfg.temperature)
+                       temperature=cfg.temperature, top_k=cfg.top_k or 0, top_p=cfg.top_p)
     ref_logp = None
     if ref_model is not None and cfg.kl_coef > 0:
         with torch.no_grad(), reference(ref_model) as ref:

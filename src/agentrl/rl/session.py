@@ -289,6 +289,11 @@ class RunSession:
         return minibatch_step(self.model, self.optimizer, batch, self.cfg, ref_model=self.ref_model,
                               generator=generator, minibatches=minibatches)
 
+    def decide(self, flag: bool) -> bool:
+        """A schedule decision every process of the run must take alike (stop early?): here `flag` itself;
+        a data-parallel session (agentrl.dist) returns rank 0's."""
+        return flag
+
     def _agent_for(self, model: Any, sampler: Any) -> Any:
         """The agent backend sampling `model` (built once per model; agentrl.rl.backends)."""
         from agentrl.rl.backends import agent_factory

@@ -248,7 +248,7 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
             done = step + 1
             if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
                 run_eval(sess, f"step_{done}", done)
-            over_budget = _over_time_budget(sess, done, time.perf_counter() - t_train)
+            over_budget = sess.decide(_over_time_budget(sess, done, time.perf_counter() - t_train))
             sess.checkpoint(done, final=over_budget)
             if over_budget:
                 steps.close()  # an async producer stops here
