@@ -97,6 +97,9 @@ def open_rank_session(cls: type[RunSession], cfg: RLConfig, sampler: Any = None,
         if sampler is None:  # the registered --sampler, as RunSession.open builds it
             sampler = sess.build_sampler(model)
             sess.registered_sampler = True
+        from agentrl.rollout.driver import bind_sampler
+
+        bind_sampler(sampler, model, sess.tokenizer)  # a sampler with bind() samples this rank's policy
         sess.sampler, sess.tracker = sampler, Tracker()
         sess.progress = LineProgress(logging.getLogger(f"agentrl.{name}"), interval_s=float("inf"))
         yield sess
