@@ -29,6 +29,13 @@ def train_scaled(cfg: RLConfig) -> Path:
     """agentrl.rl.trainer.train with the session `session_class(cfg)` picks (one trainer process)."""
     from agentrl.rl.trainer import train
 
+    actors = cfg.ray_graders + (cfg.rollout_workers if cfg.worker_launcher == "ray" else 0)
+    if actors:  # a local cluster gets a logical CPU per actor at least (each actor asks for one)
+        import os
+
+        from agentrl.dist.ray_actors import init_ray
+
+        init_ray(num_cpus=max(os.cpu_count() or 1, actors))
     return train(cfg, session_cls=session_class(cfg))
 
 
