@@ -65,3 +65,19 @@ def test_not_under_torchrun_here(monkeypatch):
     assert not launched_by_torchrun()
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert launched_by_torchrun()
+
+
+def test_eval_under_torchrun_is_refused_and_train_flags_stay_off_eval(monkeypatch, capsys):
+    from agentrl.cli import build_parser, main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit, match="agentrl eval runs in one process"):
+        main(["eval", "--device", "cpu"])
+    monkeypatch.delenv("WORLD_SIZE")
+    parser = build_parser()
+    train = parser._subparsers._group_actions[0].choices["train"]
+    ev = parser._subparsers._group_actions[0].choices["eval"]
+    train_flags = {s for a in train._actions for s in a.option_strings}
+    eval_flags = {s for a in ev._actions for s in a.option_strings}
+    for flag in ("--rollout-workers", "--worker-launcher", "--ray-graders"):
+        assert flag in train_flags and flag not in eval_flags

@@ -21,6 +21,19 @@ def register(subparsers: Any) -> None:
     if train is None:
         raise RuntimeError("agentrl.dist.commands must be registered after agentrl.rl.commands")
     train.set_defaults(func=functools.partial(train_main, single=train.get_default("func")))
+    ev = subparsers.choices.get("eval")
+    if ev is not None:
+        ev.set_defaults(func=functools.partial(eval_main, single=ev.get_default("func")))
+
+
+def eval_main(args: argparse.Namespace, *, single: Callable[[argparse.Namespace], int]) -> int:
+    """`agentrl eval`: one process (under torchrun every rank would evaluate and write alone: refused)."""
+    from agentrl.dist.context import launched_by_torchrun
+
+    if launched_by_torchrun():
+        raise SystemExit("agentrl eval runs in one process; launch it without torchrun "
+                         "(torchrun is for `agentrl train`)")
+    return single(args)
 
 
 def train_main(args: argparse.Namespace, *, single: Callable[[argparse.Namespace], int]) -> int:

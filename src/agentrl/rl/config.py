@@ -283,6 +283,7 @@ TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
     "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
+    "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.dist's training sessions
 )
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {
