@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import statistics
 import sys
@@ -23,23 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-
-def _scored(model, tok, ctx, text):
-    from agentrl.rollout.sampler import Sample
-
-    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
-    with torch.no_grad():
-        logits = model(torch.tensor([ctx + ids])).logits[0, len(ctx) - 1: -1].float()
-    lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
-    return Sample(tuple(ids), tuple(lp.tolist()), False)
-
 
 def opencode_episodes(n: int) -> dict:
     from agentrl.agents.episode import AgentConfig, BlackBoxRunner
     from agentrl.rollout.models import load_policy
     from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.rollout.scripted import ScriptedSampler, tool_call_text
     from agentrl.sandbox import Sandbox
     from agentrl.serve.policy_server import PolicyServer
     from agentrl.tasks import make_tasks
@@ -47,18 +35,16 @@ def opencode_episodes(n: int) -> dict:
     model, tok = load_policy("tiny-qwen3")
     tasks = make_tasks(n, seed=5, split="train")
 
-    def writer(contexts, budgets):
-        out = []
-        for c in contexts:
-            text = tok.decode(c)
-            where = re.search(r"Working directory: (\S+)", text)
-            task = next((t for t in tasks if f"`{t.entry}`" in text), tasks[0])
-            reply = "Fixed."
-            if where and "<tool_response>" not in text:
-                args = {"filePath": f"{where.group(1)}/{task.source_file}", "content": task.reference}
-                reply = "<tool_call>\n" + json.dumps({"name": "write", "arguments": args}) + "\n</tool_call>"
-            out.append(_scored(model, tok, c, reply))
-        return out
+    def write_the_fix(text):
+        where = re.search(r"Working directory: (\S+)", text)
+        task = next((t for t in tasks if f"`{t.entry}`" in text), tasks[0])
+        if where and "<tool_response>" not in text:
+            return tool_call_text("write", {"filePath": f"{where.group(1)}/{task.source_file}",
+                                            "content": task.reference})
+        return "Fixed."
+
+    writer = ScriptedSampler(write_the_fix)
+    writer.bind(model, tok)
 
     report = {}
     with Sandbox() as sb:
@@ -86,59 +72,23 @@ def opencode_episodes(n: int) -> dict:
 def async_speedup(steps: int) -> dict:
     from agentrl.rl import trainer as trainer_mod
     from agentrl.rl.config import RLConfig
-    from agentrl.rl.session import RunSession
+    from agentrl.rollout.scripted import random_edit_sampler
 
-    state: dict = {}
-    rng = random.Random(0)
-
-    def sample(contexts, budgets):
-        out = []
-        for c in contexts:
-            text = state["tok"].decode(c)
-            menu = re.search(r"Edit menu: ([a-z_, ]+)\.", text).group(1).split(", ")
-            first = text.count("<|im_start|>assistant") == 1
-            call = {"name": "edit", "arguments": {"op": rng.choice(menu)}} if first else {"name": "submit", "arguments": {}}
-            out.append(_scored(state["model"], state["tok"], c, "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"))
-        return out
-
-    orig_open, orig_copy = RunSession.open.__func__, RunSession.rollout_copy
-
-    def open_(cls, c, *, sampler=None):
-        cm = orig_open(cls, c, sampler=sampler)
-
-        class CM:
-            def __enter__(self):
-                sess = cm.__enter__()
-                state["model"], state["tok"] = sess.model, sess.tokenizer
-                return sess
-
-            def __exit__(self, *a):
-                return cm.__exit__(*a)
-        return CM()
-
-    def copy_(sess):
-        pol = orig_copy(sess)
-        state["model"] = pol.model  # score samples with the model that samples them
-        return pol
-
-    RunSession.open, RunSession.rollout_copy = classmethod(open_), copy_
     out = {}
-    try:
-        for name, kw in (("sync", {}), ("async_staleness_1", {"async_rollouts": True, "max_staleness": 1})):
-            cfg = RLConfig(env="edit-menu", steps=steps, prompts_per_step=4, group_size=4, eval_n=1, eval_size=2,
-                           train_size=16, max_new_tokens=48, lr=1e-4, micro=2, n_boot=200, seed=3,
-                           out=tempfile.mkdtemp() + "/run", **kw)
-            path = trainer_mod.train(cfg, sampler=sample)
-            data = json.loads(Path(path).read_text())
-            st = data["steps"]
-            out[name] = {"steps_wall_s": sum(s["time/step_s"] for s in st),
-                         "rollout_s": sum(s["time/rollout_s"] for s in st),
-                         "update_s": sum(s["time/update_s"] for s in st),
-                         "staleness": [s["async/staleness"] for s in st],
-                         "is_ratio_mean": [s.get("is/ratio_mean") for s in st]}
-            print(name, json.dumps(out[name]), flush=True)
-    finally:
-        RunSession.open, RunSession.rollout_copy = classmethod(orig_open), orig_copy
+    for name, kw in (("sync", {}), ("async_staleness_1", {"async_rollouts": True, "max_staleness": 1})):
+        cfg = RLConfig(env="edit-menu", steps=steps, prompts_per_step=4, group_size=4, eval_n=1, eval_size=2,
+                       train_size=16, max_new_tokens=48, lr=1e-4, micro=2, n_boot=200, seed=3,
+                       out=tempfile.mkdtemp() + "/run", **kw)
+        # the trainer binds the scripted sampler to the model it samples with (the rollout copy when async)
+        path = trainer_mod.train(cfg, sampler=random_edit_sampler(0))
+        data = json.loads(Path(path).read_text())
+        st = data["steps"]
+        out[name] = {"steps_wall_s": sum(s["time/step_s"] for s in st),
+                     "rollout_s": sum(s["time/rollout_s"] for s in st),
+                     "update_s": sum(s["time/update_s"] for s in st),
+                     "staleness": [s["async/staleness"] for s in st],
+                     "is_ratio_mean": [s.get("is/ratio_mean") for s in st]}
+        print(name, json.dumps(out[name]), flush=True)
     out["speedup"] = out["sync"]["steps_wall_s"] / out["async_staleness_1"]["steps_wall_s"]
     return out
 

@@ -86,3 +86,25 @@ def test_one_dtype_vocabulary_across_every_command(capsys):
             parser.parse_args([cmd, "--dtype", "fp8"])
         assert "--dtype 'fp8' is not a dtype; expected one of fp32, bf16, fp16, auto" in capsys.readouterr().err
         assert "{fp32,bf16,fp16,auto}" in _sub(cmd).format_help(), cmd
+
+
+def test_every_flag_names_its_default_at_most_once():
+    """A help text that already says its default gets no second "(default: ...)" from the formatter."""
+    import argparse
+    import re
+
+    def parsers(p):
+        yield p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in a.choices.values():
+                    yield from parsers(sub)
+
+    seen = 0
+    for p in parsers(build_parser()):
+        fmt = p._get_formatter()
+        for a in p._actions:
+            if a.help and a.help is not argparse.SUPPRESS and re.search(r"\(default\b|\bdefault:", a.help, re.I):
+                seen += 1
+                assert fmt._get_help_string(a) == a.help, (p.prog, a.dest)  # nothing appended
+    assert seen >= 5

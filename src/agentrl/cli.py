@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.io.commands",
     "agentrl.sft.commands",
     "agentrl.rl.commands",
+    "agentrl.dist.commands",  # wraps `train` for torchrun (after rl.commands)
     "agentrl.serve.commands",
     "agentrl.agents.commands",
     "agentrl.serve.env_server_commands",

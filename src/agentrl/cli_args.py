@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -29,8 +30,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._format_action_invocation(twin)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        # store_true/store_false flags and --help/--version: "(default: False)" says nothing new
+        # store_true/store_false flags and --help/--version: "(default: False)" says nothing new; a help
+        # text that already names its default ("... (default X)", "default: X") is not given a second one
         if action.nargs == 0 or action.help is None or "%(default)" in action.help:
+            return action.help
+        if re.search(r"\(default\b|\bdefault:", action.help, re.IGNORECASE):
             return action.help
         if action.default is None or action.default == "":
             return action.help

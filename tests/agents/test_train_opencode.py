@@ -1,47 +1,34 @@
 """`agentrl train --agent opencode` end to end against tiny-qwen3: episodes run through the real opencode
 harness, traces captured, rows rebuilt, rewards from the hidden tests, one update."""
 
-import json
 import re
 
 import pytest
-import torch
 from test_opencode import needs_opencode
 
 from agentrl.cli import main
 from agentrl.io.results import validate_results
-from agentrl.rl import trainer as trainer_mod
 from agentrl.rl.config import RLConfig
 from agentrl.rl.trainer import train
-from agentrl.rollout.sampler import Sample
+from agentrl.rollout.scripted import ScriptedSampler, tool_call_text
+from agentrl.tasks.sets import task_sets
 
 
-def fix_or_give_up(state):
-    """SampleFn over tiny-qwen3: every other episode writes the reference solution with opencode's write
-    tool, the others give up; log-probs are the model's own for those tokens (temperature 1)."""
-    def sample(contexts, budgets):
-        model, tok, tasks = state["model"], state["tok"], state["tasks"]
-        eot = tok.convert_tokens_to_ids("<|im_end|>")
-        out = []
-        for ctx in contexts:
-            text = tok.decode(ctx)
-            where = re.search(r"Working directory: (\S+)", text)
-            task = next((t for t in tasks if f"`{t.entry}`" in text), None)
-            reply = "I cannot fix it."
-            if where and task and "<tool_response>" not in text:
-                state["first_turns"] += 1
-                if state["first_turns"] % 2:
-                    args = {"filePath": f"{where.group(1)}/{task.source_file}", "content": task.reference}
-                    reply = "<tool_call>\n" + json.dumps({"name": "write", "arguments": args}) + "\n</tool_call>"
-            elif "<tool_response>" in text:
-                reply = "Fixed."
-            ids = tok(reply, add_special_tokens=False)["input_ids"][: budgets[0] - 1] + [eot]
-            with torch.no_grad():
-                logits = model(torch.tensor([ctx + ids])).logits[0, len(ctx) - 1: -1].float()
-            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
-            out.append(Sample(tuple(ids), tuple(lp.tolist()), False))
-        return out
-    return sample
+def fix_or_give_up(tasks, state):
+    """ScriptedSampler over tiny-qwen3: every other episode writes the reference solution with opencode's
+    write tool, the others give up; log-probs are the bound model's own for those tokens (temperature 1)."""
+    def reply(text):
+        where = re.search(r"Working directory: (\S+)", text)
+        task = next((t for t in tasks if f"`{t.entry}`" in text), None)
+        if "<tool_response>" in text:
+            return "Fixed."
+        if where and task:
+            state["first_turns"] += 1
+            if state["first_turns"] % 2:
+                args = {"filePath": f"{where.group(1)}/{task.source_file}", "content": task.reference}
+                return tool_call_text("write", args)
+        return "I cannot fix it."
+    return ScriptedSampler(reply)
 
 
 @needs_opencode
@@ -51,27 +38,8 @@ def test_train_agent_opencode_end_to_end(tmp_path):
                    max_context_tokens=8192, max_new_tokens=512, agent_max_calls=4, agent_timeout_s=150, minibatches=1,
                    micro=1, lr=1e-3, n_boot=100, out=str(tmp_path / "run"), checkpoint_every=1, seed=1)
     state = {"first_turns": 0}
-    orig = trainer_mod.RunSession.open.__func__
-
-    def open_with_model(cls, c, *, sampler=None):
-        cm = orig(cls, c, sampler=sampler)
-
-        class _CM:
-            def __enter__(self):
-                sess = cm.__enter__()
-                state.update(model=sess.model, tok=sess.tokenizer, tasks=list(sess.tasks.train) + list(sess.tasks.heldout))
-                return sess
-
-            def __exit__(self, *a):
-                return cm.__exit__(*a)
-
-        return _CM()
-
-    trainer_mod.RunSession.open = classmethod(open_with_model)
-    try:
-        path = train(cfg, sampler=fix_or_give_up(state))
-    finally:
-        trainer_mod.RunSession.open = classmethod(orig)
+    sets = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, seed=cfg.seed)  # the run's
+    path = train(cfg, sampler=fix_or_give_up(list(sets.train) + list(sets.heldout), state))
     data = validate_results(path)
     assert data["status"] == "completed"
     (step,) = data["steps"]

@@ -9,7 +9,6 @@ import torch
 from test_trainer import _cfg, edit_menu_sampler
 
 from agentrl.io.results import validate_results
-from agentrl.rl import trainer as trainer_mod
 from agentrl.rl.trainer import train
 from agentrl.rollout.models import load_policy
 
@@ -17,38 +16,9 @@ NONDETERMINISTIC = ("time/", "async/", "tokens_per_s", "peak_memory", "update_s"
 
 
 def run(cfg, seed=0):
-    """train(cfg) with the scripted sampler scoring with the model it samples for (the rollout copy in
-    asynchronous runs, so no log-prob is computed on weights being updated)."""
-    sample, state = edit_menu_sampler(seed)
-    orig_open = trainer_mod.RunSession.open.__func__
-    orig_copy = trainer_mod.RunSession.rollout_copy
-
-    def open_with_model(cls, c, *, sampler=None):
-        cm = orig_open(cls, c, sampler=sampler)
-
-        class _CM:
-            def __enter__(self):
-                sess = cm.__enter__()
-                state["model"], state["tok"] = sess.model, sess.tokenizer
-                return sess
-
-            def __exit__(self, *a):
-                return cm.__exit__(*a)
-
-        return _CM()
-
-    def copy_with_model(sess):
-        policy = orig_copy(sess)
-        state["model"] = policy.model
-        return policy
-
-    trainer_mod.RunSession.open = classmethod(open_with_model)
-    trainer_mod.RunSession.rollout_copy = copy_with_model
-    try:
-        return train(cfg, sampler=sample)
-    finally:
-        trainer_mod.RunSession.open = classmethod(orig_open)
-        trainer_mod.RunSession.rollout_copy = orig_copy
+    """train(cfg) with the scripted sampler; the trainer binds it to the model it samples for (the rollout
+    copy in asynchronous runs, so no log-prob is computed on weights being updated)."""
+    return train(cfg, sampler=edit_menu_sampler(seed))
 
 
 def comparable(step):

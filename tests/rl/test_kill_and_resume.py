@@ -56,8 +56,9 @@ elif point == "results":  # the temp file is written, the rename into place neve
 elif point == "sampling":
     real = test_trainer.edit_menu_sampler
     def killing(seed):
-        sample, state = real(seed)
-        return die_on_nth(sample), state
+        sampler = real(seed)
+        sampler.reply = die_on_nth(sampler.reply)
+        return sampler
     test_trainer.edit_menu_sampler = killing
 from agentrl.rl.config import RLConfig
 test_trainer._run(RLConfig(**cfg))

@@ -7,8 +7,6 @@ a sampler at temperature 1 would report.
 """
 
 import json
-import random
-import re
 
 import pytest
 import torch
@@ -19,31 +17,12 @@ from agentrl.rl import trainer as trainer_mod
 from agentrl.rl.config import RLConfig
 from agentrl.rl.trainer import step_tasks, train
 from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import Sample
+from agentrl.rollout.scripted import random_edit_sampler
 
 
 def edit_menu_sampler(seed: int):
-    """SampleFn: turn 1 applies a random op from the menu, turn 2 submits; log-probs from the model."""
-    rng = random.Random(seed)
-    state = {}
-
-    def sample(contexts, budgets, *, model=None, tok=None):
-        model, tok = state["model"], state["tok"]
-        eot = tok.convert_tokens_to_ids("<|im_end|>")
-        out = []
-        for ctx in contexts:
-            text = tok.decode(ctx)
-            menu = re.search(r"Edit menu: ([a-z_, ]+)\.", text).group(1).split(", ")
-            first = text.count("<|im_start|>assistant") == 1
-            call = {"name": "edit", "arguments": {"op": rng.choice(menu)}} if first else {"name": "submit", "arguments": {}}
-            ids = tok.encode("<tool_call>\n" + json.dumps(call) + "\n</tool_call>", add_special_tokens=False) + [eot]
-            with torch.no_grad():
-                logits = model(torch.tensor([ctx + ids])).logits[0, len(ctx) - 1 : -1].float()
-            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
-            out.append(Sample(tuple(ids), tuple(lp.tolist()), False))
-        return out
-
-    return sample, state
+    """Turn 1 applies a random op from the menu, turn 2 submits; log-probs are the bound model's own."""
+    return random_edit_sampler(seed)
 
 
 def _cfg(tmp_path, **kw):
@@ -55,28 +34,7 @@ def _cfg(tmp_path, **kw):
 
 
 def _run(cfg, seed=0):
-    sample, state = edit_menu_sampler(seed)
-    orig = trainer_mod.RunSession.open.__func__
-
-    def open_with_model(cls, c, *, sampler=None):
-        cm = orig(cls, c, sampler=sampler)
-
-        class _CM:
-            def __enter__(self):
-                sess = cm.__enter__()
-                state["model"], state["tok"] = sess.model, sess.tokenizer
-                return sess
-
-            def __exit__(self, *a):
-                return cm.__exit__(*a)
-
-        return _CM()
-
-    trainer_mod.RunSession.open = classmethod(open_with_model)
-    try:
-        return train(cfg, sampler=sample)
-    finally:
-        trainer_mod.RunSession.open = classmethod(orig)
+    return train(cfg, sampler=edit_menu_sampler(seed))
 
 
 def test_step_tasks_groups_are_consecutive_and_deterministic():

@@ -140,7 +140,8 @@ class RunResults:
 
     # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains.
     RESUMABLE_CHANGES = frozenset({"steps", "resume", "eval_every", "checkpoint_every", "keep_checkpoints", "out",
-                                   "device", "n_boot", "gen_batch", "sampler", "report_to"})
+                                   "device", "n_boot", "gen_batch", "sampler", "report_to",
+                                   "rollout_workers", "worker_launcher", "ray_graders"})
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, completed_steps: int,

@@ -112,6 +112,13 @@ class RLConfig:
                                "it trains (0 = rollouts and updates alternate: identical to the synchronous run).")
     is_correction: str = _f("stale", "Truncated importance-sampling correction against the sampler's log-probs: "
                                      "stale (batches sampled by older weights) | always | off.")
+    rollout_workers: int = _f(0, "With --async-rollouts: sample in N worker processes of their own (a GPU each when the "
+                                 "host has N+1, else all on CPU), weights pushed over torch.distributed after each "
+                                 "update (agentrl.dist.workers; 0 = in the trainer process).")
+    worker_launcher: str = _f("process", "How --rollout-workers start: process (spawned by the trainer) | ray (Ray "
+                                         "actors, a GPU each when the cluster has them; the agentrl[ray] extra).")
+    ray_graders: int = _f(0, "Grade (hidden tests, tool runs) in N Ray actors, each with its own sandbox, on a local "
+                             "Ray cluster or RAY_ADDRESS's (agentrl[ray]; 0 = a sandbox in the trainer process).")
     is_cap: float = _f(2.0, "Truncation cap of the importance ratio pi_proximal / pi_sampler (verl's default 2.0).")
     agent: str = _f("", "Black-box agent harness run per episode instead of agentrl's own loop: '' (none) | "
                         "opencode (npm opencode-ai, installed by scripts/setup.sh; bug-fix tasks).")
@@ -222,6 +229,13 @@ class RLConfig:
                 raise ValueError(f"RLConfig.{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         if self.max_staleness < 0:
             raise ValueError(f"RLConfig.max_staleness: expected an integer >= 0, got {self.max_staleness!r}")
+        if self.worker_launcher not in ("process", "ray"):
+            raise ValueError(f"RLConfig.worker_launcher: expected 'process' or 'ray', got {self.worker_launcher!r}")
+        if self.ray_graders < 0:
+            raise ValueError(f"RLConfig.ray_graders: expected an integer >= 0, got {self.ray_graders!r}")
+        if self.rollout_workers < 0 or (self.rollout_workers and not self.async_rollouts):
+            raise ValueError(f"RLConfig.rollout_workers: expected 0, or >= 1 with async_rollouts (the workers are the "
+                             f"asynchronous producer's; --max-staleness 0 keeps it on-policy), got {self.rollout_workers!r}")
         for name in ("is_cap", "agent_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RLConfig.{name}: expected > 0, got {getattr(self, name)!r}")
@@ -271,7 +285,7 @@ TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
     "pack_rows", "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "resume",
+    "resume", "rollout_workers", "worker_launcher", "ray_graders",  # the last three: agentrl.dist's training sessions
 )
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {

@@ -190,6 +190,13 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
     return _Inputs(model, tok, device, schemas, dtype)
 
 
+def run_task_sets(cfg: RLConfig) -> TaskSets:
+    """The run's training and held-out tasks, as cfg selects them (deterministic in cfg.seed)."""
+    return task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
+                     randomize=cfg.randomize_names, seed=cfg.seed,
+                     reward_includes_shown_test=cfg.reward_includes_shown_test)
+
+
 def resume_hint(cfg: RLConfig, out: Path) -> str:
     """How to continue an interrupted or failed run: the command (every non-default setting, then --resume)
     when a checkpoint exists, else why it cannot be resumed."""
@@ -224,6 +231,7 @@ class RunSession:
     t_start: float = field(default_factory=time.perf_counter)
     registered_sampler: bool = False  # the sampler is the registered --sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
+    main_process: bool = True  # False on the other ranks of a data-parallel run (agentrl.dist): they write nothing
 
     @property
     def results_path(self) -> Path:
@@ -272,6 +280,20 @@ class RunSession:
             if bar is not None:
                 self.progress.remove_task(bar)
 
+    def update(self, batch: Any, *, group_ids: Sequence[int], generator: torch.Generator | None,
+               minibatches: int) -> dict[str, float]:
+        """The step's update on `batch` (agentrl.rl.update.minibatch_step on the learner). `group_ids`:
+        each row's GRPO group (a data-parallel session, agentrl.dist, trains each group on one rank)."""
+        from agentrl.rl.update import minibatch_step
+
+        return minibatch_step(self.model, self.optimizer, batch, self.cfg, ref_model=self.ref_model,
+                              generator=generator, minibatches=minibatches)
+
+    def decide(self, flag: bool) -> bool:
+        """A schedule decision every process of the run must take alike (stop early?): here `flag` itself;
+        a data-parallel session (agentrl.dist) returns rank 0's."""
+        return flag
+
     def _agent_for(self, model: Any, sampler: Any) -> Any:
         """The agent backend sampling `model` (built once per model; agentrl.rl.backends)."""
         from agentrl.rl.backends import agent_factory
@@ -287,7 +309,13 @@ class RunSession:
         """A separate copy of the policy for rollouts that run while the learner updates (no gradients,
         eval mode; its own fast sampler when the run uses one). `sync_weights` refreshes it."""
         model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        sampler = self.build_sampler(model) if self.registered_sampler else self.sampler
+        if self.registered_sampler:
+            sampler = self.build_sampler(model)
+        else:
+            from agentrl.rollout.driver import bind_sampler
+
+            sampler = self.sampler
+            bind_sampler(sampler, model, self.tokenizer)
         return RolloutPolicy(model, sampler)
 
     def build_sampler(self, model: Any) -> Any:
@@ -361,13 +389,14 @@ class RunSession:
         from agentrl.envs import env_names
 
         cfg.validate()
+        if (cfg.rollout_workers or cfg.ray_graders) and cls is RunSession:
+            raise ValueError("--rollout-workers / --ray-graders need agentrl.dist's sessions: run `agentrl train` (or "
+                             "agentrl.dist.train.train_scaled)")
         if cfg.env not in env_names():
             raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
         out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
         resolve_device(cfg.device)
-        tasks = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                          randomize=cfg.randomize_names, seed=cfg.seed,
-                          reward_includes_shown_test=cfg.reward_includes_shown_test)
+        tasks = run_task_sets(cfg)
         if cfg.steps and not tasks.train:
             raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
         check_env_fits_tasks(cfg.env, tasks)
@@ -387,14 +416,20 @@ class RunSession:
                 yield sess
 
     @classmethod
+    def make_sandbox(cls, cfg: RLConfig) -> Any:
+        """The run's sandbox: agentrl.sandbox.Sandbox() (agentrl.dist's Ray session grades in Ray actors)."""
+        from agentrl.sandbox import Sandbox
+
+        return Sandbox()
+
+    @classmethod
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
         from agentrl.cli_checks import archive_previous
         from agentrl.io.log import log_config, progress, setup_logging
         from agentrl.io.trackers import open_tracker
-        from agentrl.sandbox import Sandbox
 
-        sandbox = Sandbox()
+        sandbox = cls.make_sandbox(cfg)
         try:  # every input is loaded and checked before an earlier run in `out` is touched
             inputs = _load_inputs(cfg, tasks, sandbox)
         except BaseException:
@@ -414,6 +449,9 @@ class RunSession:
                 sampler = sess.build_sampler(sess.model)
                 sess.registered_sampler = True
             sess.sampler = sampler
+            from agentrl.rollout.driver import bind_sampler
+
+            bind_sampler(sampler, sess.model, sess.tokenizer)
             sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
             with progress(transient=True) as bars:
                 sess.progress = bars

@@ -27,7 +27,6 @@ from agentrl.rl.config import RLConfig
 from agentrl.rl.offpolicy import correct_stale_batch
 from agentrl.rl.scoring import episode_advantages, outcome_metrics
 from agentrl.rl.session import RunSession
-from agentrl.rl.update import minibatch_step
 from agentrl.rollout.trace import expand_rows
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
@@ -104,9 +103,9 @@ def learn_step(sess: RunSession, col: Collected, *, wait_s: float = 0.0) -> dict
     t1 = time.perf_counter()
     sess.model.train()
     batch, is_stats = correct_stale_batch(sess.model, batch, cfg, staleness)
-    upd = minibatch_step(sess.model, sess.optimizer, batch, cfg, ref_model=sess.ref_model,
-                         generator=torch.Generator().manual_seed(_seed(cfg, "shuffle", step)),
-                         minibatches=min(cfg.minibatches, batch.num_rows))
+    upd = sess.update(batch, group_ids=[r.group_id for r in col.rows],
+                      generator=torch.Generator().manual_seed(_seed(cfg, "shuffle", step)),
+                      minibatches=min(cfg.minibatches, batch.num_rows))
     t_upd = time.perf_counter() - t1
     if step == 0:
         for tr in trajs[:: cfg.group_size]:
@@ -217,7 +216,7 @@ def _log_step(step: int, m: dict[str, float]) -> None:
     log.info("step %d  end reasons: %s", step, ", ".join(f"{k} {v:.2f}" for k, v in ends.items()) or "none")
 
 
-def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
+def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] = RunSession) -> Path:
     """Run GRPO per `cfg` and return the results JSON path.
 
     Order: held-out evaluation ("before"), `cfg.steps` GRPO steps (an eval-curve point every
@@ -228,11 +227,13 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
     Args:
         sampler: optional token-level sampler (agentrl.rollout.driver.SampleFn) used instead of HF
             generate, e.g. a client of an inference server that returns ids and log-probs.
+        session_cls: the RunSession class (agentrl.dist's data-parallel and rollout-worker sessions
+            reuse this schedule; only the main process writes results, plots and checkpoints).
 
     Raises:
         FileNotFoundError / ValueError: missing model or data, invalid config (before any work).
     """
-    with RunSession.open(cfg, sampler=sampler) as sess:
+    with session_cls.open(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_eval(sess, "before", 0)
         steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step,
@@ -247,7 +248,7 @@ def train(cfg: RLConfig, *, sampler: Any = None) -> Path:
             done = step + 1
             if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
                 run_eval(sess, f"step_{done}", done)
-            over_budget = _over_time_budget(sess, done, time.perf_counter() - t_train)
+            over_budget = sess.decide(_over_time_budget(sess, done, time.perf_counter() - t_train))
             sess.checkpoint(done, final=over_budget)
             if over_budget:
                 steps.close()  # an async producer stops here
@@ -291,7 +292,8 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
     from agentrl.rl.async_loop import AsyncRollouts
 
     cfg = sess.cfg
-    policy = sess.rollout_copy() if cfg.max_staleness > 0 else None
+    # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.dist.workers)
+    policy = sess.rollout_copy() if cfg.max_staleness > 0 or cfg.rollout_workers else None
     sync = (lambda: sess.sync_weights(policy)) if policy is not None else (lambda: None)
 
     def produce(step: int, version: int) -> Collected:
@@ -311,7 +313,9 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
 
 def write_plots_and_report(sess: RunSession) -> None:
     """Plots into <out>/plots and the HTML report <out>/report.html; a failure here is logged, never
-    raised (the results file is complete by now)."""
+    raised (the results file is complete by now). Only the main process of a distributed run writes them."""
+    if not sess.main_process:
+        return
     from agentrl.io.html import write_html_report
     from agentrl.io.plots import plot_results, plots_dir
 

@@ -37,6 +37,19 @@ OUT_OF_TOKENS = "out_of_tokens"
 ENV_ERROR = "env_error"
 # (contexts, per-context max_new_tokens) -> one Sample each; e.g. an OpenAI-compatible server client.
 SampleFn = Callable[[list[list[int]], list[int]], list[Sample]]
+"""A token-level sampler: `sample(contexts, budgets) -> one Sample per context` (contexts: token ids;
+budgets: max new tokens each). One that scores with the policy's weights may also have
+`bind(model, tokenizer)`, which the trainer calls with each policy the sampler samples for
+(`bind_sampler`)."""
+
+
+def bind_sampler(sampler: Any, model: Any, tokenizer: Any) -> None:
+    """Tell `sampler` which policy it samples for, if it has `bind(model, tokenizer)`: the trainer calls
+    this with the learner's model when a run opens (a synchronous run updates that model in place) and
+    with the rollout copy of an asynchronous run. Samplers without `bind` are left alone."""
+    bind = getattr(sampler, "bind", None)
+    if callable(bind):
+        bind(model, tokenizer)
 
 
 @dataclass(frozen=True)
