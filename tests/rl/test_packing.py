@@ -158,3 +158,21 @@ def test_lora_update_takes_the_packed_path(tiny_qwen3, make_batch):
     grads = [p.grad for n, p in model.named_parameters() if "lora_" in n]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in grads)
+
+
+def test_packed_equals_padded_on_llama(make_batch):
+    """Llama-family trunks (no mask dict; e.g. the GGUF-converted SmolLM2) pack too, with the same values."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).to(torch.float64)
+    b = make_batch(n=5, length=13)
+    assert packing.packable(model, b.attention_mask)
+    w = torch.randn(b.input_ids.shape, generator=torch.Generator().manual_seed(4)).to(torch.float64)
+    lp_ref, ent_ref, g_ref = _grads(model, b, False, w)
+    lp, ent, g = _grads(model, b, True, w)
+    assert (lp - lp_ref).abs().max() <= 1e-5 and (ent - ent_ref).abs().max() <= 1e-5  # fp32 RoPE/norm inside
+    for k in g_ref:
+        assert (g[k] - g_ref[k]).abs().max() <= 1e-5 * g_ref[k].abs().max().clamp(min=1.0), k

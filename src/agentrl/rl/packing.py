@@ -11,8 +11,8 @@ RoPE, MLP and gradient checkpointing are used as they are):
   variable-length call per layer over the whole pack (cu_seqlens), the padding-free path of flash-attn;
 - otherwise (CPU, fp32/fp64, older torch): `scaled_dot_product_attention(is_causal=True)` per row segment.
 
-Supported: decoder-only HF models whose trunk takes `position_ids` and a prepared per-layer-type mask dict
-(Llama, Qwen2, Qwen3, Mistral families) with full attention in every layer, plain or wrapped by peft (LoRA);
+Supported: decoder-only HF models whose trunk takes `position_ids` (Llama, Qwen2, Qwen3, Mistral families;
+Qwen2/Qwen3 also take a prepared per-layer-type mask dict, so no [T, T] mask is built for them) with full attention in every layer, plain or wrapped by peft (LoRA);
 `packable` says so.
 """
 
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 PACKED_ATTENTION = "agentrl_packed"
 PACKABLE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+MASK_DICT_TYPES = ("qwen2", "qwen3")  # trunks that take attention_mask as {layer type: mask} and build none
 _VARLEN: dict[str, Any] = {}
 
 
@@ -178,7 +179,9 @@ def packed_hidden(trunk: Any, cfg: Any, input_ids: torch.Tensor, attention_mask:
     cu[1:] = lengths.cumsum(0)
     bounds = tuple(int(x) for x in cu.tolist())
     positions = (torch.arange(input_ids.shape[1], device=device)[None, :].expand_as(input_ids))[keep]
-    masks = {t: None for t in (set(getattr(cfg, "layer_types", None) or []) | {"full_attention"})}
+    masks = None  # Llama / Mistral build their mask from None (ignored: packed_attention masks by segment)
+    if getattr(cfg, "model_type", None) in MASK_DICT_TYPES:  # a prepared per-layer-type mask dict: nothing built
+        masks = {t: None for t in (set(getattr(cfg, "layer_types", None) or []) | {"full_attention"})}
     out = trunk(input_ids=input_ids[keep][None], position_ids=positions[None], attention_mask=masks,
                 packed_cu=cu, packed_bounds=bounds, packed_max=int(lengths.max()), use_cache=False)
     return out.last_hidden_state[0], cu[:-1].long()
