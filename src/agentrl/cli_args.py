@@ -15,6 +15,7 @@ import argparse
 import difflib
 import re
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 
@@ -59,6 +60,9 @@ class AgentrlParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.is_subcommand = False
+        # argv -> {dest: default}: defaults chosen from the arguments themselves (e.g. `train --preset NAME`),
+        # applied before parsing, so flags given on the command line still override them
+        self.defaults_from_argv: Callable[[list[str]], dict[str, Any]] | None = None
 
     def _add_action(self, action: argparse.Action) -> argparse.Action:
         # the dashed spelling first: usage lines show option_strings[0]
@@ -81,6 +85,8 @@ class AgentrlParser(argparse.ArgumentParser):
         return action
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        if self.defaults_from_argv is not None:
+            self.set_defaults(**self.defaults_from_argv(list(sys.argv[1:] if args is None else args)))
         ns, extras = super().parse_known_args(args, namespace)
         if extras and self.is_subcommand:
             self.error(unrecognized_message(self, extras))

@@ -143,30 +143,39 @@ def test_eval_command_writes_an_evaluation(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # ~3 min on an idle 2-core machine; the suite-wide 600 s limit is for hangs
+@pytest.mark.timeout(1200)  # see README "The main job" for its time on 2 cores; the suite-wide 600 s is for hangs
 def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypatch):
-    """The README's first command (`agentrl train`, embedded defaults) end to end; only --out differs."""
+    """The README's first command (`agentrl train`, no flags = --preset demo) end to end: SFT warm start on
+    random-op experts, GRPO in edit-menu, held-out evaluation before and after with a paired interval."""
     monkeypatch.chdir(tmp_path)
     assert main(["train"]) == 0
     data = validate_results(tmp_path / "runs" / "default" / "results.json")
-    cfg = RLConfig()
-    assert data["status"] == "completed" and data["config"] == cfg.to_dict()
+    cfg = RLConfig.from_preset("demo")
+    assert data["status"] == "completed" and data["config"] == cfg.to_dict() and cfg.warm_start == "sft"
+    ws = data["warm_start"]  # the warm start is recorded: its settings, data, loss curve and NLL
+    assert ws["method"] == "sft" and ws["settings"]["random_op"] is True
+    assert ws["settings"]["lr"] == cfg.warm_start_lr and ws["settings"]["epochs"] == cfg.warm_start_epochs
+    assert ws["data"]["trajectories"] == cfg.warm_start_tasks and ws["data"]["dropped"] == 0
+    assert len(ws["losses"]) == -(-cfg.warm_start_tasks // cfg.warm_start_batch) * cfg.warm_start_epochs
+    assert ws["nll_after"] < 0.5 * ws["nll_before"]  # from ~ln(151936) = 11.9 nats/token to a fraction of it
     assert len(data["steps"]) == cfg.steps
     assert all(s["rollout/episodes"] == cfg.group_size * cfg.prompts_per_step for s in data["steps"])
     for s in data["steps"]:  # the episode contract in the results file: unscorable count, end-reason fractions
         ends = {k: v for k, v in s.items() if k.startswith("rollout/end_reason/")}
         assert set(ends) == {f"rollout/end_reason/{r}" for r in data["env"]["end_reasons"]}
         assert sum(ends.values()) == pytest.approx(1.0) and s["rollout/unscorable"] == 0
-    assert data["env"]["name"] == "coding-tools" and data["env"]["max_observation_chars"] == 4000
+    assert data["env"]["name"] == "edit-menu" and data["env"]["max_observation_chars"] == 4000
     before, after = (next(e for e in data["evaluations"] if e["label"] == lab) for lab in ("before", "after"))
-    assert before["unscorable"] == 0 and sum(before["end_reasons"].values()) == 10 * cfg.eval_n
-    assert len(before["tasks"]) == 10 and all(t["trials"] == cfg.eval_n for t in before["tasks"])
-    assert set(before["per_family"]) == {"minmax", "range", "compare", "zero", "init"}
+    assert before["unscorable"] == 0 and sum(before["end_reasons"].values()) == cfg.eval_size * cfg.eval_n
+    assert len(before["tasks"]) == cfg.eval_size and all(t["trials"] == cfg.eval_n for t in before["tasks"])
+    assert set(before["per_family"]) == set(cfg.families.split(","))
     for ev in (before, after):  # an interval exactly when the tasks' rates differ; else n/a with the reason
         rates = {t["successes"] / t["trials"] for t in ev["tasks"]}
         assert (ev["pass_at_1"]["lo"] is None) == (len(rates) == 1) == bool(ev["pass_at_1"]["undefined"])
     assert data["paired"] and data["tool_schemas"] and data["sandbox"]["backend"]
-    assert {t["function"]["name"] for t in data["tool_schemas"]} == {"Read", "Edit", "Write", "Bash"}
+    assert {t["function"]["name"] for t in data["tool_schemas"]} == {"read_file", "edit", "run_tests", "submit"}
+    # Not asserted: pass@1 after > before with an interval above 0. README "The main job" gives the measured
+    # runs; at this size the warm start does not yet make the tool-call format reliable on every seed.
     assert sorted(p.name for p in (tmp_path / "runs" / "default" / "plots").glob("*.png"))
     assert (tmp_path / "runs" / "default" / "train.log").stat().st_size > 0
 

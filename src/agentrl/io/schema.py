@@ -217,6 +217,32 @@ _TRANSCRIPT = _d({"type": "object", "required": ["kind", "task_id", "text"], "pr
                 "structured turns: {text, hit_token_limit, calls: [{name, arguments, status, content}]}", "list"),
 }}, "one full episode transcript", "object")
 
+_WARM_START = _d({"type": "object", "required": ["method", "settings", "data", "nll_before", "nll_after", "losses"],
+                  "properties": {
+    "method": _d({"type": "string"}, "the warm start (RLConfig.warm_start), e.g. sft", "text"),
+    "settings": _d({"type": "object"}, "its settings: the SFTConfig fields (epochs, lr, batch, micro, warmup_steps, "
+                   "min_lr_ratio, max_tokens, seed, ...), env, tasks (count), random_op, task_ids", "object"),
+    "data": _d({"type": "object", "properties": {
+        "trajectories": _d({"type": "integer"}, "scripted-expert episodes played", "count"),
+        "mean_reward": _num("mean environment reward of those episodes (random-op experts: about the "
+                            "chance of picking the right edit)", "1"),
+        "policy_tokens": _d({"type": "integer"}, "policy tokens trained on per epoch", "tokens"),
+        "tokens": _d({"type": "integer"}, "all tokens (prompt, policy, tool) per epoch", "tokens"),
+        "dropped": _d({"type": "integer"}, "episodes left out (longer than max_context_tokens or without policy "
+                      "tokens)", "count"),
+    }}, "the warm-start data", "object"),
+    "nll_before": _num("token-mean negative log-likelihood of the episodes' policy tokens before the warm start",
+                       "nats/token"),
+    "nll_after": _num("the same after the warm start", "nats/token"),
+    "losses": _d({"type": "array", "items": {"type": "number"}}, "training loss of each optimizer step "
+                 "(token-mean NLL of its batch)", "nats/token"),
+    "steps": _d({"type": "array", "items": {"type": "object"}}, "per optimizer step: step, epoch, loss, grad_norm, "
+                "lr, policy_tokens, tokens, wall_clock_s (since the warm start's training began)", "list"),
+    "data_s": _num("seconds playing the expert episodes", "s"),
+    "train_s": _num("seconds of SFT optimizer steps", "s"),
+    "wall_clock_s": _num("seconds of the whole warm start (data, NLL before and after, training)", "s"),
+}}, "the supervised warm start run before the first evaluation (present only with --warm-start)", "object")
+
 RESULTS_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "agentrl run results",
@@ -264,6 +290,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
             "sha256": _d({"type": "string"}, "sha256 of the template text", "text"),
             "source": _d({"type": "string"}, "where the template came from", "text"),
         }}, "the chat template of the run", "object"),
+        "warm_start": _WARM_START,
         "env": _d({"type": "object", "required": ["name", "kwargs", "end_reasons"], "properties": {
             "name": _d({"type": "string"}, "the environment (agentrl.envs registry name)", "text"),
             "kwargs": _d({"type": "object"}, "its constructor arguments from the run config", "object"),

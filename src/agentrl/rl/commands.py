@@ -13,9 +13,12 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "train", help="GRPO training with held-out evaluation before and after",
-        description="Train a policy with GRPO. With no flags: tiny-qwen3 on CPU, coding-tools, a few steps.",
+        description="Train a policy with GRPO. With no flags: --preset demo (tiny-qwen3 warm-started by SFT on "
+        "scripted experts, then GRPO in edit-menu; a few minutes on 2 CPU cores). Flags without --preset start "
+        "from the plain defaults shown below; `--preset demo --help` shows the preset's.",
     )
     add_rlconfig_flags(p)
+    p.defaults_from_argv = preset_defaults
     p.set_defaults(func=train_main)
     e = subparsers.add_parser(
         "eval", help="held-out evaluation of a model (no training)",
@@ -26,6 +29,21 @@ def register(subparsers: Any) -> None:
     # never the training default out: evaluating runs/default/checkpoints/... must not move that run aside;
     # steps=0 from the start, so RLConfig's training-only checks (fp16 needs loss scaling) do not apply
     e.set_defaults(func=eval_main, out="runs/eval", steps=0)
+
+
+def preset_defaults(argv: list[str]) -> dict[str, Any]:
+    """The defaults `agentrl train ARGV` starts from: the values of `--preset NAME` (agentrl.rl.config.PRESETS),
+    "demo" when ARGV is empty, else none ({}: RLConfig's own defaults). An unknown name gives {} here and
+    argparse's "invalid choice" error when the flag is parsed."""
+    from agentrl.rl.config import PRESETS
+
+    name = "demo" if not argv else None
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--preset="):
+            name = arg.split("=", 1)[1]
+    return {**PRESETS[name], "preset": name} if name in PRESETS else {}
 
 
 def train_main(args: argparse.Namespace) -> int:

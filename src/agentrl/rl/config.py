@@ -66,6 +66,20 @@ class RLConfig:
                                           "Separate from the sandbox's byte cap on captured output.")
     reward_includes_shown_test: bool = _f(False, "MBPP/HumanEval: also score the example test shown in the prompt "
                                                  "(the write-up's scoring; default: only the tests not shown).")
+    # -- warm start (before the first evaluation; docs/design.md "Warm start")
+    warm_start: Literal["none", "sft"] = _f(
+        "none", "Supervised warm start before the 'before' evaluation: none | sft (fine-tune on scripted-expert "
+        "episodes of --env played on training tasks, the edit picked at random from the menu: the tool-call "
+        "format and the procedure, not the fix; agentrl.sft). Its settings, loss curve and NLL go to the results "
+        "file's warm_start section. A resumed run does not repeat it.")
+    warm_start_tasks: int = _f(200, "With --warm-start sft: expert episodes, one per training task (the first "
+                                    "N). The warm_start_* defaults are `agentrl sft`'s (for a pretrained model); "
+                                    "--preset demo sizes them for the random tiny-qwen3.")
+    warm_start_epochs: int = _f(2, "With --warm-start sft: passes over the expert episodes.")
+    warm_start_lr: float = _f(1e-4, "With --warm-start sft: AdamW peak learning rate (linear warmup over "
+                                    "3 steps, cosine decay to a tenth).")
+    warm_start_batch: int = _f(16, "With --warm-start sft: episodes per optimizer step (token-mean NLL over "
+                                   "their policy tokens; --micro rows per forward).")
     # -- sampling
     group_size: int = _f(8, "Episodes per prompt (G); advantages are computed within each group.")
     prompts_per_step: int = _f(8, "Distinct training tasks per step (B); a step has B*G episodes.")
@@ -138,6 +152,9 @@ class RLConfig:
                                 "with checkpoints, so a trained model reloads with it.")
     allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
+    preset: str = _f("", "Named preset whose values replace the defaults of every flag not given: '' (none) | "
+                         "demo (tiny-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
+                         "agentrl.rl.config.PRESETS). `agentrl train` with no flags runs --preset demo.")
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
     max_train_s: float = _f(0.0, "Wall-clock budget in seconds for the training steps (0 = none): no new step "
                             "starts once it has passed; the evaluation after, the paired difference and the "
@@ -163,7 +180,8 @@ class RLConfig:
         """Raise ValueError naming the first invalid field and what was expected."""
         self._validate_types()
         positive = ("max_turns", "group_size", "prompts_per_step", "max_new_tokens", "gen_batch", "epochs",
-                    "minibatches", "micro", "logprob_chunk_rows", "eval_n", "n_boot", "max_context_tokens")
+                    "minibatches", "micro", "logprob_chunk_rows", "eval_n", "n_boot", "max_context_tokens",
+                    "warm_start_tasks", "warm_start_epochs", "warm_start_batch")
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
@@ -181,6 +199,10 @@ class RLConfig:
         if self.report_to not in ("none", "tensorboard", "trackio", "wandb"):
             raise ValueError("RLConfig.report_to: expected one of 'none', 'tensorboard', 'trackio', 'wandb', "
                              f"got {self.report_to!r}")
+        for name, choices in (("warm_start", ("none", "sft")), ("preset", ("", *PRESETS))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
+                                 f"got {getattr(self, name)!r}")
         rows = self.prompts_per_step * self.group_size
         if self.minibatches > rows:
             raise ValueError(f"RLConfig.minibatches: {self.minibatches} minibatches need at least as many "
@@ -250,6 +272,7 @@ class RLConfig:
             "kl_coef": (self.kl_coef >= 0, ">= 0"),
             "max_train_s": (self.max_train_s >= 0, ">= 0 (0 = no budget)"),
             "lr": (self.lr > 0, "> 0"),
+            "warm_start_lr": (self.warm_start_lr > 0, "> 0"),
             "weight_decay": (self.weight_decay >= 0, ">= 0"),
             "max_grad_norm": (self.max_grad_norm > 0, "> 0"),
             "alpha": (0.0 < self.alpha < 1.0, "in (0, 1)"),
@@ -266,6 +289,17 @@ class RLConfig:
             if not ok:
                 raise ValueError(f"RLConfig.{name}: expected {expected}, got {getattr(self, name)!r}")
 
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> RLConfig:
+        """The config of preset `name` (PRESETS) with `overrides` on top; `preset` records the name.
+
+        Raises:
+            ValueError: unknown preset (lists the known ones), or an invalid override.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], "preset": name, **overrides})
+
     def to_dict(self) -> dict[str, Any]:
         """All fields as a JSON-ready dict (for the results file and the console)."""
         return dataclasses.asdict(self)
@@ -280,12 +314,29 @@ class RLConfig:
         return cls(**values)
 
 
+# Named presets: RLConfig field values replacing the defaults (agentrl train --preset NAME; flags given on
+# the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
+# Qwen3 learns the tool-call format from scripted experts that pick the edit at random (SFT), then GRPO
+# learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
+# paired task-level interval. Sized for 2 CPU cores (README "The main job" has the arithmetic).
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "model": "tiny-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
+        "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
+        "warm_start_batch": 4, "temperature": 0.7,
+        "steps": 8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
+        "micro": 8, "gen_batch": 32, "eval_size": 12, "eval_n": 4,
+    },
+}
+
 # fields `agentrl eval` does not take: they only shape the optimization (eval keeps their defaults)
 TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
-    "pack_rows", "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "resume", "rollout_workers", "worker_launcher", "ray_graders",  # the last three: agentrl.dist's training sessions
+    "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
+    "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.dist's training sessions
+    "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",
+    "pack_rows",  # the update's padding-free trunk (agentrl.rl.packing)
 )
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {

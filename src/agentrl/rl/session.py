@@ -410,6 +410,9 @@ class RunSession:
             from agentrl.rl.backends import check_agent
 
             check_agent(cfg, tasks)
+        from agentrl.rl.warm_start import check_warm_start
+
+        check_warm_start(cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
         with _exclusive(out), _sigterm_interrupts():
             with cls._started(cfg, out, tasks, sampler) as sess:

@@ -146,6 +146,19 @@ def train_step(sess: RunSession, step: int) -> dict[str, float]:
     return learn_step(sess, collect_step(sess, step))
 
 
+def run_warm_start(sess: RunSession) -> dict[str, Any] | None:
+    """The run's `--warm-start` on the policy (agentrl.rl.warm_start's registry; None for "none"), recorded as
+    the results file's `warm_start` section. Runs before the "before" evaluation, which thus measures the
+    warm-started model: the paired difference is GRPO's gain over the warm start."""
+    if sess.cfg.warm_start == "none":
+        return None
+    from agentrl.rl.warm_start import warm_start_fn
+
+    summary = warm_start_fn(sess.cfg.warm_start)(sess)
+    sess.results.set("warm_start", summary)
+    return summary
+
+
 def bootstrap_config(cfg: RLConfig) -> BootstrapConfig:
     """The run's one interval setting (n_boot, alpha, seed): every evaluation and paired difference uses it."""
     return BootstrapConfig(n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed)
@@ -219,7 +232,8 @@ def _log_step(step: int, m: dict[str, float]) -> None:
 def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] = RunSession) -> Path:
     """Run GRPO per `cfg` and return the results JSON path.
 
-    Order: held-out evaluation ("before"), `cfg.steps` GRPO steps (an eval-curve point every
+    Order: the warm start (`cfg.warm_start`, e.g. SFT on scripted experts), held-out evaluation
+    ("before"), `cfg.steps` GRPO steps (an eval-curve point every
     `cfg.eval_every` steps, a checkpoint every `cfg.checkpoint_every`), held-out evaluation ("after"),
     the paired after-before difference with its task-level bootstrap interval, the noise analysis,
     plots. The results file is rewritten after every step, so a crash loses at most the current step.
@@ -235,6 +249,7 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
     """
     with session_cls.open(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
+            run_warm_start(sess)  # a resumed run's checkpoint already holds the warm-started weights
             run_eval(sess, "before", 0)
         steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step,
                                            unit="steps")

@@ -111,6 +111,8 @@ def expert_trajectories(
     final_answer: str = FINAL_ANSWER,
     check: bool = True,
     enable_thinking: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+    on_progress: Any = None,
 ) -> list[Trajectory]:
     """Play the scripted expert (agentrl.envs.expert_turns) on each task through a real environment.
 
@@ -128,6 +130,9 @@ def expert_trajectories(
         final_answer: the expert's closing message when the environment is still running after its turns.
         check: assert each trajectory's ids equal the template's rendering of the conversation.
         enable_thinking: template thinking mode (each turn as the template renders a thinking-mode turn).
+        env_kwargs: further constructor arguments of the environment (e.g. a run's max_edits and
+            max_observation_chars, agentrl.rl.session.env_kwargs); `sandbox` and `max_turns` win over them.
+        on_progress: called with (episodes played, episodes in all) after each episode.
 
     Returns:
         One Trajectory per task: policy mask 1 exactly on the expert's turn ids, 0 on observations;
@@ -147,7 +152,7 @@ def expert_trajectories(
     fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
     cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
                         max_context_tokens=max_context_tokens, tool_workers=1, enable_thinking=enable_thinking)
-    kwargs = {"sandbox": sandbox} | ({"max_turns": max_turns} if max_turns is not None else {})
+    kwargs = dict(env_kwargs or {}) | {"sandbox": sandbox} | ({"max_turns": max_turns} if max_turns is not None else {})
     out = []
     for i, task in enumerate(tasks):
         env = make_env(env_name, **kwargs)
@@ -160,6 +165,8 @@ def expert_trajectories(
         if check:
             check_trajectory_rendering(tokenizer, traj, obs, fmt=fmt, enable_thinking=enable_thinking)
         out.append(replace(traj, group_id=i, meta={**traj.meta, "source": "expert", "random_op": random_op}))
+        if on_progress is not None:
+            on_progress(i + 1, len(tasks))
     return out
 
 

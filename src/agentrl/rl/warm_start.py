@@ -1,0 +1,51 @@
+"""Warm starts: what runs on the policy before the first held-out evaluation (`RLConfig.warm_start`).
+
+Not the warm starts themselves: front ends register them (`import agentrl.sft` registers "sft"; the
+`agentrl` command imports it). The layering rule keeps rl/ from importing a front end, so the trainer
+looks a warm start up here by name, as it does agent backends (agentrl.rl.backends).
+
+A warm start is called as `fn(sess)` with the open agentrl.rl.session.RunSession (its model is trained
+in place) and returns a JSON-ready summary, stored as the results file's `warm_start` section. A `check`
+(optional) is called as `check(cfg)` before anything is written and raises ValueError when the warm
+start cannot run that config (e.g. an environment without a scripted expert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+WarmStart = Callable[[Any], dict[str, Any]]
+_WARM_STARTS: dict[str, WarmStart] = {}
+_CHECKS: dict[str, Callable[[Any], None]] = {}
+
+
+def register_warm_start(name: str, fn: WarmStart, check: Callable[[Any], None] | None = None) -> None:
+    """Make `RLConfig.warm_start = name` run `fn(sess)` before the first evaluation (module docstring)."""
+    if not name or name == "none":
+        raise ValueError(f"a warm start needs a name other than '' and 'none', got {name!r}")
+    _WARM_STARTS[name] = fn
+    if check is not None:
+        _CHECKS[name] = check
+
+
+def warm_start_fn(name: str) -> WarmStart:
+    """The registered warm start `name`.
+
+    Raises:
+        ValueError: nothing registered under `name` (lists what is, and how to register "sft").
+    """
+    if name not in _WARM_STARTS:
+        known = ", ".join(sorted(_WARM_STARTS)) or "none"
+        raise ValueError(f"--warm-start {name!r} is not a registered warm start (registered: {known}); "
+                         "'sft' is registered by `import agentrl.sft` (the agentrl command does it)")
+    return _WARM_STARTS[name]
+
+
+def check_warm_start(cfg: Any) -> None:
+    """Before a run: `cfg.warm_start` is "none", or registered and its check accepts `cfg` (ValueError if not)."""
+    if cfg.warm_start == "none":
+        return
+    warm_start_fn(cfg.warm_start)
+    if cfg.warm_start in _CHECKS:
+        _CHECKS[cfg.warm_start](cfg)

@@ -1,0 +1,97 @@
+"""`--preset NAME` and `--warm-start`: `agentrl train` with no flags is the demo preset; flags without
+--preset start from RLConfig's own defaults (no surprise warm start); flags after --preset override it."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.cli import build_parser, main
+from agentrl.rl.commands import preset_defaults
+from agentrl.rl.config import PRESETS, TRAIN_ONLY, RLConfig, config_from_args
+from agentrl.rl.warm_start import check_warm_start, warm_start_fn
+
+
+def _cfg(argv: list[str]) -> RLConfig:
+    return config_from_args(build_parser().parse_args(["train", *argv]))
+
+
+def test_no_flags_is_the_demo_preset():
+    assert _cfg([]) == RLConfig.from_preset("demo")
+    demo = RLConfig.from_preset("demo")
+    assert demo.preset == "demo" and demo.warm_start == "sft" and demo.env == "edit-menu"
+    assert demo.model == "tiny-qwen3" and demo.to_dict() == {**RLConfig().to_dict(), **PRESETS["demo"], "preset": "demo"}
+
+
+def test_flags_without_preset_keep_the_plain_defaults():
+    """An explicit user (`--model X --env Y`) gets no warm start unless asking for it."""
+    cfg = _cfg(["--env", "coding-tools", "--seed", "3"])
+    assert cfg == RLConfig(env="coding-tools", seed=3) and cfg.warm_start == "none" and cfg.preset == ""
+    assert _cfg(["--warm-start", "sft"]).warm_start == "sft"
+
+
+def test_flags_after_a_preset_override_it_in_either_order():
+    for argv in (["--preset", "demo", "--seed", "1", "--steps", "2"], ["--seed", "1", "--preset=demo", "--steps", "2"]):
+        assert _cfg(argv) == RLConfig.from_preset("demo", seed=1, steps=2)
+    assert _cfg(["--preset", "demo", "--warm-start", "none"]).warm_start == "none"
+    assert _cfg(["--preset", "demo", "--env", "edit-menu", "--families", ""]).families == ""
+
+
+def test_unknown_preset_is_a_clear_error(capsys):
+    assert preset_defaults(["--preset", "nope"]) == {}
+    with pytest.raises(ValueError, match="unknown preset 'nope'"):
+        RLConfig.from_preset("nope")
+    with pytest.raises(ValueError, match="RLConfig.preset"):
+        RLConfig(preset="nope")
+    assert main(["train", "--preset", "nope", "--out", "/nonexistent/x"]) == 2
+    assert "RLConfig.preset" in capsys.readouterr().err
+
+
+def test_help_shows_the_preset_defaults_only_when_asked(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--preset", "demo", "--help"])
+    demo_help = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    plain_help = capsys.readouterr().out
+    assert "--warm-start" in plain_help and "no flags: --preset demo" in " ".join(plain_help.split())
+    assert "(default: edit-menu)" in demo_help and "(default: coding-tools)" in plain_help
+
+
+def test_eval_takes_no_warm_start_or_preset_flags():
+    assert {"warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch",
+            "preset"} <= set(TRAIN_ONLY)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--warm-start", "sft"])
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"warm_start": "rl"}, "RLConfig.warm_start"), ({"warm_start_tasks": 0}, "RLConfig.warm_start_tasks"),
+    ({"warm_start_epochs": 0}, "RLConfig.warm_start_epochs"), ({"warm_start_lr": 0.0}, "RLConfig.warm_start_lr"),
+    ({"warm_start_batch": 0}, "RLConfig.warm_start_batch"),
+])
+def test_warm_start_fields_are_validated(kw, words):
+    with pytest.raises(ValueError, match=words):
+        RLConfig(**kw)
+
+
+def test_sft_warm_start_is_registered_and_checked_before_a_run():
+    import agentrl.sft  # noqa: F401 - registers "sft" (the agentrl command imports it too)
+
+    assert callable(warm_start_fn("sft"))
+    check_warm_start(RLConfig.from_preset("demo"))
+    check_warm_start(RLConfig(warm_start="none", env="wordle", tasks="wordle"))
+    for cfg, words in ((RLConfig(warm_start="sft", env="wordle", tasks="wordle"), "scripted expert"),
+                       (RLConfig(warm_start="sft", env="python-session", tasks="mbpp"), "scripted expert|bug-fix"),
+                       (RLConfig(warm_start="sft", env="edit-menu", tasks="mbpp"), "--tasks bugfix"),
+                       (RLConfig(warm_start="sft", agent="opencode"), "--agent opencode")):
+        with pytest.raises(ValueError, match=words):
+            check_warm_start(cfg)
+
+
+def test_a_bad_warm_start_is_refused_before_an_earlier_run_is_touched(tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "results.json").write_text('{"keep": true}')
+    assert main(["train", "--warm-start", "sft", "--env", "wordle", "--tasks", "wordle", "--out", str(out)]) == 2
+    assert "scripted expert" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == '{"keep": true}'
