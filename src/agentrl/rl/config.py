@@ -318,7 +318,7 @@ class RLConfig:
 # the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
 # Qwen3 learns the tool-call format from scripted experts that pick the edit at random (SFT), then GRPO
 # learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
-# paired task-level interval. Sized for 2 CPU cores (README "The main job" has the arithmetic).
+# paired task-level interval. Sized for 2 CPU cores (README "Set up and run" has the arithmetic).
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "tiny-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
