@@ -17,7 +17,6 @@ gradient accumulation does.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -28,8 +27,7 @@ from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
-from agentrl.rl.update import _WEIGHTED, peak_memory_bytes  # the same token-weighted stats
-
+from agentrl.rl.update import _WEIGHTED, update_metrics  # the same token-weighted stats
 
 
 def _chunks(mb: TrainBatch | None, cfg: Any) -> list[torch.Tensor]:
@@ -172,19 +170,5 @@ def dp_minibatch_step(engine: Any, optimizer: torch.optim.Optimizer, batch: Trai
         order = torch.randperm(batch.num_rows, generator=generator) if generator is not None else torch.arange(batch.num_rows)
         for rows in torch.tensor_split(order, n_mb):
             per_step.append(dp_minibatch(engine, optimizer, batch, rows[local[rows]], ctx, cfg, ref_model))
-    keys = sorted({k for s in per_step for k in s})
-    out = {k: sum(s[k] for s in per_step if k in s) / sum(1 for s in per_step if k in s) for k in keys}
-    for k in _WEIGHTED:
-        if k != "kl_ref" or ref_model is not None:
-            out.setdefault(k, math.nan)
-    out["grad_norm_max"] = max(s["grad_norm"] for s in per_step)
-    for k in ("rows_skipped", "tokens_trained"):
-        out[k] = sum(s[k] for s in per_step)
-    pm = batch.policy_mask.bool()
-    out["policy_tokens"] = float(pm.sum())
-    out["sampler_nll"] = float(-batch.old_logprobs[pm].double().mean()) if pm.any() else 0.0
-    out["optimizer_steps"] = float(len(per_step))
-    out["update_s"] = time.perf_counter() - t0
-    out["tokens_per_s"] = out["policy_tokens"] * cfg.epochs / max(out["update_s"], 1e-9)
-    out["peak_memory_bytes"] = float(peak_memory_bytes(device))
-    return out
+    return update_metrics(per_step, batch, epochs=cfg.epochs, has_ref=ref_model is not None,
+                          elapsed_s=time.perf_counter() - t0, device=device)

@@ -125,10 +125,20 @@ def minibatch_step(
         order = torch.randperm(batch.num_rows, generator=generator) if generator is not None else torch.arange(batch.num_rows)
         for rows in torch.tensor_split(order, n_mb):
             per_step.append(_one_minibatch(model, optimizer, batch.select(rows), cfg, params, ref_model))
-    elapsed = time.perf_counter() - t0
+    return update_metrics(per_step, batch, epochs=cfg.epochs, has_ref=ref_model is not None,
+                          elapsed_s=time.perf_counter() - t0, device=device)
+
+
+def update_metrics(per_step: list[dict[str, float]], batch: TrainBatch, *, epochs: int, has_ref: bool,
+                   elapsed_s: float, device: torch.device) -> dict[str, float]:
+    """One update's metrics from its optimizer steps' own (`per_step`, one dict each): the mean over
+    steps of each metric (token-weighted ones NaN when no token was trained, kl_ref only with a
+    reference), grad_norm_max, summed rows_skipped / tokens_trained, and the batch's policy_tokens,
+    sampler_nll (nats), optimizer_steps, update_s (`elapsed_s`), tokens_per_s (policy tokens x epochs
+    / s) and peak_memory_bytes. Shared by minibatch_step and agentrl.dist's data-parallel update."""
     out = _mean_metrics(per_step)
     for k in _WEIGHTED:  # same keys every step; NaN (stored as null) when no token was trained
-        if k != "kl_ref" or ref_model is not None:
+        if k != "kl_ref" or has_ref:
             out.setdefault(k, math.nan)
     out["grad_norm_max"] = max(s["grad_norm"] for s in per_step)
     for k in ("rows_skipped", "tokens_trained"):
@@ -137,8 +147,8 @@ def minibatch_step(
     out["policy_tokens"] = float(pm.sum())
     out["sampler_nll"] = float(-batch.old_logprobs[pm].double().mean()) if pm.any() else 0.0
     out["optimizer_steps"] = float(len(per_step))
-    out["update_s"] = elapsed
-    out["tokens_per_s"] = out["policy_tokens"] * cfg.epochs / max(elapsed, 1e-9)
+    out["update_s"] = elapsed_s
+    out["tokens_per_s"] = out["policy_tokens"] * epochs / max(elapsed_s, 1e-9)
     out["peak_memory_bytes"] = float(peak_memory_bytes(device))
     return out
 
