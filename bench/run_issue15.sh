@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 15's GPU figures in one call, about 5 minutes on an H200 (every part has its own limit; the limits
-# add up to 7.5 minutes):
+# Issue 15's GPU figures in one call, about 5.5 minutes on an H200 (every part has its own limit; the limits
+# add up to 7.2 minutes):
 #   update  bench_update.py: packed / padded / full-logits GRPO update, bf16 and fp32, checkpointing off and on
 #   reuse   bench_reuse.py:  FastSampler KV reuse, G=8 groups (shared prefill) and 6-turn episodes (kept KV)
 #   step    bench_step.py:   3 full coding-tools train steps (8 prompts x 8, fast sampler, micro 4), bf16
@@ -60,9 +60,11 @@ if [ -n "${SMOKE:-}" ]; then
   part step 600 bench_step --envs coding-tools --steps 1 --micro 2 --prompts 2 --group 3
 else
   DEVICE_ARGS=(--device cuda)
-  part update 220 bench_update --micro 8 --dtypes bf16 fp32 --gc off on
-  part reuse 80 bench_reuse
-  part step 140 bench_step --envs coding-tools --steps 3 --micro 4
+  # limits from the H200 run of 2026-12-01 (results/bench/issue15_h200_2026-12-01): update's first 3 rows took
+  # 130 s (4 rows: ~175 s), reuse's first 3 rows 60 s (4: ~75 s), step 87 s
+  part update 210 bench_update --micro 8 --dtypes bf16 fp32 --gc off on
+  part reuse 100 bench_reuse
+  part step 120 bench_step --envs coding-tools --steps 3 --micro 4
 fi
 echo "=== tables ==="
 for name in update reuse step; do
