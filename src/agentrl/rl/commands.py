@@ -14,8 +14,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="GRPO training with held-out evaluation before and after",
         description="Train a policy with GRPO. With no flags: --preset demo (tiny-qwen3 warm-started by SFT on "
-        "scripted experts, then GRPO in edit-menu; a few minutes on 2 CPU cores). Flags without --preset start "
-        "from the plain defaults shown below; `--preset demo --help` shows the preset's.",
+        "scripted experts, then GRPO in edit-menu; about 8-9 minutes on 2 idle CPU cores). Flags without "
+        "--preset start from the plain defaults shown below; `--preset demo --help` shows the preset's.",
     )
     add_rlconfig_flags(p)
     p.defaults_from_argv = preset_defaults
