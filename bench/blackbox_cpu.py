@@ -49,7 +49,8 @@ def opencode_episodes(n: int) -> dict:
     report = {}
     with Sandbox() as sb:
         for name, sampler in (("random tiny-qwen3", None), ("scripted write-the-fix", writer)):
-            srv = PolicyServer(model, tok, sampler=sampler, sampling=SamplingConfig(max_new_tokens=64))
+            srv = PolicyServer(model, tok, sampler=sampler,  # room for the written file in the scripted call
+                               sampling=SamplingConfig(max_new_tokens=64 if sampler is None else 1024))
             with BlackBoxRunner(srv, sb, AgentConfig(timeout_s=300, workers=n)) as runner:
                 t0 = time.perf_counter()
                 eps = runner.run(tasks)
