@@ -22,7 +22,12 @@ def test_concurrent_sessions_through_full_episodes(env, sessions, episodes):
         assert server.served.registry.open_count() <= sessions
     assert report.errors == []
     assert report.episodes == sessions * episodes
-    assert len(report.rewards) == report.episodes and all(r == pytest.approx(1.0) for _, r in report.rewards)
+    rewards = [r for _, r in report.rewards]
+    assert len(rewards) == report.episodes
+    if env == "wordle":  # the expert plays real games over the word list: most, not all, solved in six guesses
+        assert set(rewards) <= {0.0, 1.0} and sum(rewards) >= 0.7 * len(rewards)
+    else:  # the reference solution passes every hidden test
+        assert all(r == pytest.approx(1.0) for r in rewards)
     assert report.steps == len(report.step_latency_s) >= report.episodes
     figures = summary(report)
     assert figures["step_p50_ms"] <= figures["step_p99_ms"] and figures["episodes_per_s"] > 0
