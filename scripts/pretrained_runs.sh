@@ -6,7 +6,11 @@
 # bug-fix tasks), then GRPO; held-out pass@1 before/after with a paired task-level bootstrap interval.
 #
 #   bash scripts/pretrained_runs.sh OUT_ROOT RUN...      RUN: edit-menu (also trains the LoRA twin),
-#                                                        coding-tools, wordle, mbpp
+#                                                        coding-tools, wordle, mbpp, opencode-sft, opencode
+# opencode (issue 13): the black-box agent. opencode-sft plays the bug-fix expert (read, a random menu edit,
+# a closing text) through the real opencode harness and fine-tunes on those rows (`sft --agent opencode`);
+# opencode then runs asynchronous GRPO with opencode per episode from OUT_ROOT/opencode/sft (the two are
+# separate so each fits one device call; opencode needs $AGENTRL_OPENCODE or scripts/setup.sh's copy).
 # The runs named go in parallel (one GPU holds them all: the model is 135M parameters); each writes
 # OUT_ROOT/<run>/{sft,rl,rl-lora}/ and OUT_ROOT/<run>.log. Knobs (environment): SEED, DEVICE, PY,
 # TRAIN_S (seconds of GRPO steps per run, default 240: `train --max-train-s`, the evaluation after still
@@ -71,13 +75,28 @@ run_mbpp() {  # warm start: the python-session expert on bug-fix tasks (writes t
     --max-train-s "${TRAIN_S_MBPP:-$TRAIN_S}"
 }
 
+run_opencode_sft() {  # expert rows through opencode itself; opencode's prompt is ~4.5k tokens
+  sft coding-tools "$ROOT/opencode/sft" --agent opencode --random-op --families "$FAMILIES" \
+    --n-tasks "${OC_SFT_TASKS:-128}" --epochs 3 --batch 16 --micro 4 --max-tokens 8192 --dtype bf16
+}
+
+run_opencode() {  # asynchronous GRPO, one opencode run per episode (bubblewrap where usable)
+  local d=$ROOT/opencode
+  grpo "$d/sft" coding-tools "$d/rl" --agent opencode --async-rollouts --max-staleness 1 --families "$FAMILIES" \
+    --eval-n "${OC_EVAL_N:-4}" --prompts-per-step 4 --group-size 8 --gen-batch 32 --steps 40 --lr 2e-5 \
+    --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240 --micro 4 \
+    --max-train-s "${TRAIN_S_OC:-$TRAIN_S}"
+}
+
 for run in "$@"; do
   case $run in
     edit-menu) run_edit_menu >"$ROOT/edit-menu.log" 2>&1 & ;;
     coding-tools) run_coding_tools >"$ROOT/coding-tools.log" 2>&1 & ;;
     wordle) run_wordle >"$ROOT/wordle.log" 2>&1 & ;;
     mbpp) run_mbpp >"$ROOT/mbpp.log" 2>&1 & ;;
-    *) echo "unknown run $run (edit-menu, coding-tools, wordle, mbpp)" >&2; exit 2 ;;
+    opencode-sft) run_opencode_sft >"$ROOT/opencode-sft.log" 2>&1 & ;;
+    opencode) run_opencode >"$ROOT/opencode.log" 2>&1 & ;;
+    *) echo "unknown run $run (edit-menu, coding-tools, wordle, mbpp, opencode-sft, opencode)" >&2; exit 2 ;;
   esac
 done
 wait

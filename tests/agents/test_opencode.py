@@ -130,3 +130,40 @@ def test_episodes_are_scored_on_the_final_workspace_and_failures_are_unscorable(
 def test_task_message_names_the_files(task):
     msg = task_message(task)
     assert task.source_file in msg and task.entry in msg
+
+
+def test_an_interrupted_run_kills_its_harnesses_instead_of_waiting_for_them(policy, task, tmp_path):
+    """Ctrl-C / SIGTERM (the trainer turns it into an exception) in the thread waiting on `run` kills every
+    running harness at once; it does not wait out their 300 s limit (a `timeout`-bounded job would overrun)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from agentrl.sandbox import Sandbox
+
+    hang = tmp_path / "hang.sh"  # a harness that never finishes on its own
+    hang.write_text("#!/bin/sh\nsleep 300\n")
+    hang.chmod(0o755)
+    model, tok = policy
+    server = PolicyServer(model, tok, sampler=looper(tok))
+    cfg = AgentConfig(timeout_s=300, isolation="none", binary=str(hang), workers=3)
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGUSR1, handler)  # as the trainer turns SIGTERM into Terminated
+    try:
+        with Sandbox() as sb, BlackBoxRunner(server, sb, cfg) as runner:
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            t0 = time.monotonic()
+            with pytest.raises(Stop):
+                runner.run([task, task, task])
+            waited = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        server.close()
+    assert waited < 60, f"run() returned {waited:.0f} s after the interrupt: it waited for the harnesses"
+    assert runner._interrupted.is_set()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -76,7 +77,7 @@ class AgentEpisode:
         reward: 1.0 / 0.0 from the hidden tests, None when unscorable.
         end_reason: "harness_exit" (the harness finished on its own) | "harness_crash" | "harness_timeout"
             | "harness_error" (it reported an error event) | "budget_<what>" | "policy_error" (sampling a call
-            failed) | "no_model_calls" | "sandbox_error".
+            failed) | "no_model_calls" | "sandbox_error" | "interrupted" (the run was stopped meanwhile).
         trace: every model call; rows: the training rows rebuilt from it.
         harness: the harness process record; wall_s: whole episode (set-up, run, scoring);
             harness_overhead_s: harness wall time not spent in model calls.
@@ -144,6 +145,7 @@ class BlackBoxRunner:
         from agentrl.serve.policy_app import ServerThread
 
         self.server, self.sandbox, self.cfg = server, sandbox, cfg or AgentConfig()
+        self._interrupted = threading.Event()  # set by an interruption or close(): running harnesses are killed
         self.binary = find_opencode(self.cfg.binary)
         iso = self.cfg.isolation
         if iso == "bwrap" and not bwrap_usable():
@@ -170,10 +172,22 @@ class BlackBoxRunner:
                 if self.isolation == "bwrap" else "host loopback (not isolated)"}
 
     def run(self, tasks: list[Task], group_ids: list[int] | None = None) -> list[AgentEpisode]:
-        """One episode per task, all at once (at most cfg.workers harness processes); same order."""
+        """One episode per task, all at once (at most cfg.workers harness processes); same order.
+
+        An exception in the calling thread while they run (Ctrl-C, SIGTERM turned into an exception by
+        the trainer) kills every running harness within a poll interval and is re-raised: an interrupted
+        run never waits for its harnesses' own time limits.
+        """
         gids = group_ids if group_ids is not None else list(range(len(tasks)))
         with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool:
-            return list(pool.map(self.episode, tasks, gids))
+            try:
+                return list(pool.map(self.episode, tasks, gids))
+            except BaseException:
+                self._interrupted.set()
+                raise
+
+    def _stop_reason(self, rid: str) -> str:
+        return "interrupted" if self._interrupted.is_set() else self.server.stop_reason(rid)
 
     def episode(self, task: Task, group_id: int = 0) -> AgentEpisode:
         """Run one episode (never raises for harness or sandbox failures: they are its end_reason)."""
@@ -190,7 +204,7 @@ class BlackBoxRunner:
                                      output_tokens=self.cfg.output_tokens)
             launch = build_launch(self.binary, workdir=str(work), home=str(home), message=task_message(task),
                                   title=f"agentrl {task.id}", config=config, isolation=self.isolation, uds=self.uds)
-            run = run_harness(launch, self.cfg.timeout_s, stop=lambda: self.server.stop_reason(rid))
+            run = run_harness(launch, self.cfg.timeout_s, stop=lambda: self._stop_reason(rid))
             trace = self.server.close_rollout(rid)
             source = _read_source(work, task)
         finally:
@@ -207,6 +221,8 @@ class BlackBoxRunner:
                source: str | None) -> tuple[float | None, str]:
         from agentrl.envs.grading import grade, is_sandbox_failure, source_job
 
+        if run.stopped == "interrupted":
+            return None, "interrupted"
         if run.timed_out:
             return None, "harness_timeout"
         if trace.budget_exceeded:
@@ -228,6 +244,7 @@ class BlackBoxRunner:
         return (1.0 if report.all_passed and source is not None else 0.0), "harness_exit"
 
     def close(self) -> None:
+        self._interrupted.set()
         self._http.stop()
         shutil.rmtree(self._root, ignore_errors=True)
 

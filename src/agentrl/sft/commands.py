@@ -44,6 +44,9 @@ class SFTRunConfig:
             expert turn is the template's own rendering of it as a thinking-mode turn.
         lora_r / lora_alpha / lora_dropout / lora_target_modules: LoRA adapters (r > 0; agentrl.models.lora):
             only they train and --out holds them (it loads as --model); lora_merge: also <out>/merged.
+        agent: "" (agentrl's own environment loop) or "opencode": the expert plays bug-fix tasks through the
+            real opencode harness (agentrl.agents.expert), so the rows are opencode's own token stream;
+            agent_isolation / agent_binary / agent_timeout_s: as `agentrl train --agent-*`.
     """
 
     env: str = "edit-menu"
@@ -68,6 +71,10 @@ class SFTRunConfig:
     lora_dropout: float = 0.0
     lora_target_modules: str = "all-linear"
     lora_merge: bool = False
+    agent: str = ""
+    agent_isolation: str = "auto"
+    agent_binary: str = ""
+    agent_timeout_s: float = 300.0
 
 
 def register(subparsers: Any) -> None:
@@ -104,6 +111,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--lora-target-modules", default=d.lora_target_modules,
                    help="all-linear (every linear layer but the LM head) or comma-separated module names")
     p.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
+    p.add_argument("--agent", default=d.agent, choices=("", "opencode"),
+                   help="play the expert through a black-box harness: opencode (bug-fix tasks; the warm start "
+                        "of `train --agent opencode`) (default: '', agentrl's own --env loop)")
+    p.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
+                   help="with --agent: bubblewrap where usable (auto), required (bwrap), or none")
+    p.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
+    p.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
+                   help="with --agent: wall-clock limit of one harness run, seconds")
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
@@ -126,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
+def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None) -> list:
     from agentrl.sft.data import expert_trajectories, load_trajectories
 
     if run.from_jsonl:
@@ -145,8 +160,35 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any) -> list:
         families = [f.strip() for f in run.families.split(",") if f.strip()] if run.families else None
         rng = random.Random(cfg.seed)
         tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
+    if run.agent:
+        return _agent_trajectories(run, cfg, tasks, tok, model)
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
                                max_turns=run.max_turns, enable_thinking=run.thinking)
+
+
+def _agent_trajectories(run: SFTRunConfig, cfg: SFTConfig, tasks: list, tok: Any, model: Any) -> list:
+    """The expert through the black-box harness `run.agent` (agentrl.agents.expert); one row each."""
+    import os
+
+    from agentrl.agents.episode import AgentConfig
+    from agentrl.agents.expert import agent_expert_trajectories
+    from agentrl.serve.policy_server import RolloutBudget
+
+    if run.agent != "opencode":
+        raise ValueError(f"--agent {run.agent!r}: the only black-box harness is opencode")
+    if run.tasks != "bugfix":
+        raise ValueError("--agent opencode plays bug-fix repositories (--tasks bugfix)")
+    from agentrl.agents import MIN_CONTEXT_TOKENS
+
+    if cfg.max_tokens < MIN_CONTEXT_TOKENS:
+        raise ValueError(f"--agent opencode needs --max-tokens >= {MIN_CONTEXT_TOKENS} (opencode's own system prompt "
+                         f"and tool schemas are about 4,500 tokens), got {cfg.max_tokens}")
+    acfg = AgentConfig(timeout_s=run.agent_timeout_s, isolation=run.agent_isolation, binary=run.agent_binary or None,
+                       budget=RolloutBudget(max_calls=8, max_completion_tokens=8192, max_wall_s=run.agent_timeout_s),
+                       context_tokens=cfg.max_tokens, workers=max(1, min(32, os.cpu_count() or 1)))
+    model.eval()
+    return agent_expert_trajectories(tasks, model, tok, random_op=run.random_op, seed=cfg.seed, cfg=acfg,
+                                     max_context_tokens=cfg.max_tokens)
 
 
 def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
@@ -178,7 +220,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     # output in --out is moved aside. fp32 master weights always; bf16 means autocast (SFTConfig.autocast_bf16).
     model, tok = load_policy(run.model, "fp32", device, tokenizer_path=run.tokenizer, seed=cfg.seed,
                              chat_template=run.chat_template)
-    trajs = _trajectories(run, cfg, tok)
+    trajs = _trajectories(run, cfg, tok, model)
     if not trajs:
         raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
     data_s = time.perf_counter() - t0
