@@ -7,7 +7,7 @@ import torch
 
 from agentrl.rl.config import RLConfig
 from agentrl.rl.loss import policy_loss
-from agentrl.rl.update import accumulate_gradients, minibatch_step
+from agentrl.rl.update import accumulate_gradients, microbatch_rows, minibatch_step
 
 
 def _cfg(**kw):
@@ -67,6 +67,61 @@ def test_packed_microbatches_equal_unsplit_minibatch(tiny_qwen3, make_batch, mic
         assert (p.grad - r).abs().max() <= 1e-5 * r.abs().max().clamp(min=1.0)
     kept = [i for i in range(8) if i not in (1, 4, 5)]
     assert sum(tokens) == int(b.attention_mask[kept].sum())  # packed: real tokens only, no padding run
+
+
+def test_microbatch_rows_token_budget_keeps_order_and_budget():
+    active = torch.tensor([0, 2, 3, 5, 6, 7])
+    tokens = torch.tensor([5, 9, 4, 4, 1, 7, 3, 12])  # per row of the batch (rows 1 and 4 not trained)
+    parts = microbatch_rows(active, tokens, micro=2, micro_tokens=9)
+    assert [p.tolist() for p in parts] == [[0, 2], [3], [5], [6], [7]]  # 5+4 = 9; then each next row overflows
+    assert torch.equal(torch.cat(parts), active)  # every trained row once, in order
+    assert [p.tolist() for p in microbatch_rows(active, tokens, micro=2, micro_tokens=0)] == [[0, 2], [3, 5], [6, 7]]
+    # a row over the budget runs alone; a budget over everything gives one microbatch
+    assert [p.tolist() for p in microbatch_rows(active, tokens, micro=1, micro_tokens=3)] == [[r] for r in active.tolist()]
+    assert [p.tolist() for p in microbatch_rows(active, tokens, micro=1, micro_tokens=10**6)] == [active.tolist()]
+    assert microbatch_rows(torch.tensor([], dtype=torch.long), tokens, micro=2, micro_tokens=9) == []
+    with pytest.raises(ValueError, match="micro_tokens"):
+        microbatch_rows(active, tokens, micro=2, micro_tokens=-1)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("budget", [1, 27, 40, 10**6])
+def test_token_budget_microbatches_equal_unsplit_minibatch(tiny_qwen3, make_batch, pack, budget):
+    model = tiny_qwen3(dtype=torch.float64)
+    b = make_batch(n=8, zero_adv_rows=(1, 4, 5))
+    ref_loss, ref = _reference_grads(model, b)
+    shapes = []
+    model.model.register_forward_hook(lambda mod, inp, out: shapes.append(tuple(out.last_hidden_state.shape[:2])))
+    st = accumulate_gradients(model, b, _cfg(micro=1, micro_tokens=budget, pack_rows=pack),
+                              normalizer=b.num_policy_tokens)
+    tol = 1e-5 if pack else 1e-9
+    assert st["loss"] == pytest.approx(ref_loss, rel=tol)
+    for r, p in zip(ref, model.parameters(), strict=True):
+        assert (p.grad - r).abs().max() <= tol * r.abs().max().clamp(min=1.0)
+    kept = [i for i in range(8) if i not in (1, 4, 5)]
+    real = [int(b.attention_mask[i].sum()) for i in kept]
+    expected = [[r] for r in kept] if budget == 1 else None
+    if budget == 10**6:
+        expected = [kept]
+    if expected is not None:
+        assert len(shapes) == len(expected)
+    if pack:  # one [1, T] pack per microbatch: T real tokens, within the budget unless a single row
+        assert sum(t for _, t in shapes) == sum(real)
+        assert all(t <= budget or t in real for _, t in shapes)
+
+
+def test_token_budget_matches_row_microbatches_fp32(tiny_qwen3, make_batch):
+    """micro_tokens vs micro rows in fp32 on the packed path: same loss and gradient (1e-5)."""
+    b = make_batch(n=8, zero_adv_rows=(2,))
+    grads = []
+    for kw in ({"micro": 2}, {"micro": 1, "micro_tokens": 30}):
+        model = tiny_qwen3(dtype=torch.float32)
+        st = accumulate_gradients(model, b, _cfg(pack_rows=True, **kw), normalizer=b.num_policy_tokens)
+        grads.append((st["loss"], [p.grad.clone() for p in model.parameters()]))
+    (l0, g0), (l1, g1) = grads
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    for a, c in zip(g0, g1, strict=True):
+        assert (a - c).abs().max() <= 1e-5 * a.abs().max().clamp(min=1.0)
 
 
 def test_normalizer_counts_skipped_rows(tiny_qwen3, make_batch):

@@ -27,18 +27,18 @@ from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
-from agentrl.rl.update import _WEIGHTED, update_metrics  # the same token-weighted stats
+from agentrl.rl.update import _WEIGHTED, microbatch_rows, update_metrics  # the same token-weighted stats
 
 
 def _chunks(mb: TrainBatch | None, cfg: Any) -> list[torch.Tensor]:
     """Row-index chunks of `mb` that get a backward pass: rows with a nonzero advantage (all rows with
-    a KL term), cfg.micro at a time, leaving out chunks without a policy token (as accumulate_gradients)."""
+    a KL term), split as accumulate_gradients splits them (cfg.micro rows, or cfg.micro_tokens real tokens:
+    agentrl.rl.update.microbatch_rows), leaving out chunks without a policy token."""
     if mb is None:
         return []
     active = torch.arange(mb.num_rows) if cfg.kl_coef > 0 else (mb.advantages != 0).nonzero().flatten().cpu()
     out = []
-    for start in range(0, active.numel(), cfg.micro):
-        rows = active[start: start + cfg.micro]
+    for rows in microbatch_rows(active, mb.attention_mask.sum(1), cfg.micro, getattr(cfg, "micro_tokens", 0)):
         if int(mb.policy_mask[rows.to(mb.policy_mask.device)].sum()):
             out.append(rows)
     return out

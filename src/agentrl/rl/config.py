@@ -103,6 +103,9 @@ class RLConfig:
     epochs: int = _f(1, "Passes over each step's episodes.")
     minibatches: int = _f(2, "Optimizer steps per epoch; each has one token-mean normalizer over its policy tokens.")
     micro: int = _f(4, "Rows per microbatch (gradient accumulation unit); does not change the gradient.")
+    micro_tokens: int = _f(0, "Token-budget microbatches (0 = off: --micro rows each): consecutive trained rows "
+                              "are grouped while their real tokens add up to at most this (a longer row runs "
+                              "alone; --micro is then not used); does not change the gradient.")
     lr: float = _f(1e-6, "AdamW learning rate.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     max_grad_norm: float = _f(1.0, "Clip the global gradient norm to this value before each optimizer step.")
@@ -186,7 +189,7 @@ class RLConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
         for name in ("steps", "eval_every", "checkpoint_every", "max_edits", "train_size", "eval_size",
-                     "keep_checkpoints", "max_observation_chars", "lora_r"):
+                     "keep_checkpoints", "max_observation_chars", "lora_r", "micro_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         self._validate_names()
@@ -332,7 +335,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # fields `agentrl eval` does not take: they only shape the optimization (eval keeps their defaults)
 TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
-    "minibatches", "micro", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
+    "minibatches", "micro", "micro_tokens", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
     "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
     "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.dist's training sessions
     "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",

@@ -26,14 +26,43 @@ _WEIGHTED = ("ratio_mean", "clip_frac_low", "clip_frac_high", "clip_frac", "kl_s
              "logprob_gap_abs", "logprob_gap", "entropy", "outside_support")
 
 
+def microbatch_rows(active: torch.Tensor, row_tokens: torch.Tensor, micro: int, micro_tokens: int = 0
+                    ) -> list[torch.Tensor]:
+    """Split the trained rows `active` (1-D int64 row indices, in order) into microbatches.
+
+    micro_tokens = 0: `micro` rows at a time. micro_tokens > 0 (token-budget microbatching, verl's
+    use_dynamic_bsz / ppo_max_token_len_per_gpu): consecutive rows are grouped while their real tokens
+    (`row_tokens[row]`, [N] attention-mask sums) add up to at most `micro_tokens`; a row longer than the
+    budget runs alone; `micro` is not used. Order is kept, so every row is trained exactly once either way
+    and the minibatch gradient is the same (one normaliser per minibatch: the microbatch losses add up).
+
+    Raises: ValueError for micro < 1 or micro_tokens < 0.
+    """
+    if micro < 1 or micro_tokens < 0:
+        raise ValueError(f"microbatch_rows: need micro >= 1 and micro_tokens >= 0, got {micro}, {micro_tokens}")
+    if not micro_tokens:
+        return [active[s: s + micro] for s in range(0, active.numel(), micro)]
+    out: list[torch.Tensor] = []
+    start, used = 0, 0
+    tokens = row_tokens.cpu()[active].tolist() if active.numel() else []
+    for i, n in enumerate(tokens):
+        if i > start and used + n > micro_tokens:
+            out.append(active[start:i])
+            start, used = i, 0
+        used += n
+    if active.numel():
+        out.append(active[start:])
+    return out
+
+
 def accumulate_gradients(
     model: nn.Module, batch: TrainBatch, cfg: Any, *, normalizer: float, ref_model: nn.Module | None = None
 ) -> dict[str, float]:
-    """Backward the minibatch loss into `.grad`, cfg.micro rows at a time (grads ADD to existing ones).
+    """Backward the minibatch loss into `.grad`, one microbatch at a time (grads ADD to existing ones).
 
     Args:
         batch: the minibatch (any N rows).
-        cfg: needs micro, clip_low, clip_high, kl_coef, temperature, top_k, top_p, logprob_chunk_rows; pack_rows
+        cfg: needs micro (micro_tokens, default 0: token-budget microbatches instead, see microbatch_rows), clip_low, clip_high, kl_coef, temperature, top_k, top_p, logprob_chunk_rows; pack_rows
             (default True: padding-free trunk where agentrl.rl.packing.packable allows, else the padded forward).
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
         ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
@@ -49,8 +78,8 @@ def accumulate_gradients(
     pack = None if getattr(cfg, "pack_rows", True) else False
     active = torch.arange(batch.num_rows) if kl_on else (batch.advantages != 0).nonzero().flatten().cpu()
     totals: dict[str, float] = {"loss": 0.0, "tokens_trained": 0.0}
-    for start in range(0, active.numel(), cfg.micro):
-        mb = batch.select(active[start: start + cfg.micro])
+    for rows in microbatch_rows(active, batch.attention_mask.sum(1), cfg.micro, getattr(cfg, "micro_tokens", 0)):
+        mb = batch.select(rows)
         if mb.num_policy_tokens == 0:
             continue
         # the sampled distribution: the sampler's temperature AND its top-k/top-p masks (sampler = trainer)
