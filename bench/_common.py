@@ -150,3 +150,33 @@ def device_meta(device: str) -> dict[str, Any]:
     if str(device).startswith("cuda"):
         meta["gpu"] = torch.cuda.get_device_name()
     return meta
+
+
+def verdict(value: Any, op: str, threshold: float) -> str:
+    """'met' / 'short' for `value op threshold` (op '>=' or '<=', 1e-9 relative tolerance), 'missing' when value
+    is not a number.
+
+    The one rule behind every issue-15 target line (the benchmarks' notes and bench/issue15_summary.py).
+    """
+    if not isinstance(value, (int, float)) or value != value:  # None, "OOM", NaN
+        return "missing"
+    if op not in (">=", "<="):
+        raise ValueError(f"verdict: op must be '>=' or '<=', got {op!r}")
+    tol = 1e-9 * abs(threshold)  # a figure equal to its threshold up to float rounding (e.g. 1/G) is met
+    return "met" if (value >= threshold - tol if op == ">=" else value <= threshold + tol) else "short"
+
+
+def target(tid: str, figure: str, value: Any, op: str, threshold: float) -> dict[str, Any]:
+    """One issue-15 target figure: {target, figure, value, op, threshold, ratio (value / threshold, None when
+    value is missing), status ('met' / 'short' / 'missing', see verdict)}. The benchmarks' `targets(rows)`
+    return these; bench/issue15_summary.py tabulates them."""
+    num = isinstance(value, (int, float)) and value == value
+    return {"target": tid, "figure": figure, "value": value if num else None, "op": op, "threshold": threshold,
+            "ratio": value / threshold if num and threshold else None, "status": verdict(value, op, threshold)}
+
+
+def target_text(t: dict[str, Any]) -> str:
+    """'target <target>: <figure> = <value> (<op> <threshold>: <status>, ratio <ratio>)'."""
+    v = "-" if t["value"] is None else f"{t['value']:.3g}"
+    ratio = "" if t["ratio"] is None else f", ratio {t['ratio']:.2f}"
+    return f"target {t['target']}: {t['figure']} = {v} ({t['op']} {t['threshold']:.4g}: {t['status']}{ratio})"

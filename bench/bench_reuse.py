@@ -24,7 +24,7 @@ import time
 import traceback
 
 import torch
-from _common import Table, device_meta, free, is_oom, make_model, peak_gib, sync
+from _common import Table, device_meta, free, is_oom, make_model, peak_gib, sync, target, target_text
 
 from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.fast_sampler import FastSampler
@@ -61,7 +61,7 @@ def bench_groups(model, args, table: Table) -> None:
         greedy = _sampler(model, args, top_k=1, **kw)(rows, [8] * len(rows))
         res[mode] = {"prefill_s": pre_s, "prefill_tokens": pre_tok, "tok_s": len(rows) * args.steps / wall,
                      "greedy": [s.ids for s in greedy], "peak_gib": peak_gib(args.device)}
-        table.add(part="groups", mode=mode, rows=len(rows), prefill_tokens=pre_tok, prefill_s=pre_s,
+        table.add(part="groups", mode=mode, rows=len(rows), group=args.group, prefill_tokens=pre_tok, prefill_s=pre_s,
                   tok_s=res[mode]["tok_s"], peak_gib=res[mode]["peak_gib"])
         del fs
         free(args.device)
@@ -69,12 +69,15 @@ def bench_groups(model, args, table: Table) -> None:
     table.note(f"groups G={args.group}: prefill_s ratio shared/independent {sh['prefill_s'] / ind['prefill_s']:.3f}, "
                f"prefill tokens {sh['prefill_tokens']}/{ind['prefill_tokens']}, end-to-end tok_s ratio "
                f"{sh['tok_s'] / ind['tok_s']:.2f}; greedy tokens equal: {sh['greedy'] == ind['greedy']}")
+    for t in targets(table.rows, "groups"):
+        table.note(target_text(t))
 
 
 def bench_turns(model, args, table: Table) -> None:
+    """kept first (the target's figure: prefill tokens vs the tokens each turn appends), then reencode."""
     vocab = model.config.vocab_size
     res = {}
-    for mode, keep in (("reencode", False), ("kept", True)):
+    for mode, keep in (("kept", True), ("reencode", False)):
         rng = random.Random(1)
         ctx = [[rng.randrange(1000, vocab - 1000) for _ in range(rng.randint(args.ctx - args.ctx // 8, args.ctx))]
                for _ in range(args.episodes)]
@@ -84,16 +87,23 @@ def bench_turns(model, args, table: Table) -> None:
         torch.manual_seed(0)
         wall = prefill = 0.0
         tokens = 0
-        for _ in range(args.turns):
+        new = sum(map(len, ctx))  # tokens no earlier turn fed: the prompts, then each turn's last sample + response
+        for turn in range(args.turns):
             samples, s = _call(fs, ctx, [args.turn_tokens] * len(ctx), args.device)
             wall += s
             prefill += fs.stats["prefill_tokens"]
             tokens += sum(len(x.ids) for x in samples)
-            ctx = [c + list(x.ids) + [rng.randrange(1000, vocab - 1000) for _ in range(rng.randint(32, args.obs_max))]
-                   for c, x in zip(ctx, samples, strict=True)]
-        res[mode] = {"wall": wall, "prefill": prefill}
-        table.add(part="turns", mode=mode, rows=len(ctx), prefill_tokens=int(prefill), wall_s=wall,
+            if turn == args.turns - 1:
+                break
+            obs = [[rng.randrange(1000, vocab - 1000) for _ in range(rng.randint(32, args.obs_max))] for _ in ctx]
+            new += sum(len(o) + 1 for o in obs)  # the sampled turn's last token was never fed
+            ctx = [c + list(x.ids) + o for c, x, o in zip(ctx, samples, obs, strict=True)]
+        res[mode] = {"wall": wall, "prefill": prefill, "new": new}
+        table.add(part="turns", mode=mode, rows=len(ctx), turns=args.turns, prefill_tokens=int(prefill), new_tokens=new, wall_s=wall,
                   tok_s=tokens / wall, peak_gib=peak_gib(args.device))
+        if mode == "kept":
+            for t in targets(table.rows, "turns"):
+                table.note(target_text(t))
         del fs
         free(args.device)
     k, r = res["kept"], res["reencode"]
@@ -101,7 +111,27 @@ def bench_turns(model, args, table: Table) -> None:
                f"wall s ratio {k['wall'] / r['wall']:.3f}")
 
 
-COLUMNS = [("part", ""), ("mode", ""), ("rows", "d"), ("prefill_tokens", "d"), ("prefill_s", ".3f"),
+def targets(rows: list[dict], part: str | None = None) -> list[dict]:
+    """Issue 15 targets 2 (groups: prefill tokens shared / independent <= 1/G, once per prompt) and 3 (turns:
+    kept-KV prefill tokens / the tokens the turns appended <= 1, only the appended ids prefilled) from the
+    table's rows; `part` limits to one of them."""
+    by = {(r["part"], r["mode"]): r for r in rows}
+    out = []
+    if part in (None, "groups"):
+        ind, sh = by.get(("groups", "independent"), {}), by.get(("groups", "shared"), {})
+        g = sh.get("group", ind.get("group", 8))
+        val = sh["prefill_tokens"] / ind["prefill_tokens"] if sh and ind and ind["prefill_tokens"] else None
+        out.append(target("2", f"prefill tokens, G={g} groups shared / independent rows (once per prompt: 1/G)",
+                          val, "<=", 1 / g))
+    if part in (None, "turns"):
+        k = by.get(("turns", "kept"), {})
+        val = k["prefill_tokens"] / k["new_tokens"] if k.get("new_tokens") else None
+        out.append(target("3", f"prefill tokens with kept KV / tokens the turns appended ({k.get('turns', '?')} turns; "
+                          "only the appended ids: 1)", val, "<=", 1.0))
+    return out
+
+
+COLUMNS = [("part", ""), ("mode", ""), ("rows", "d"), ("prefill_tokens", "d"), ("new_tokens", "d"), ("prefill_s", ".3f"),
            ("wall_s", ".2f"), ("tok_s", ".0f"), ("peak_gib", ".1f")]
 
 

@@ -21,7 +21,18 @@ import sys
 import traceback
 
 import torch
-from _common import Table, device_meta, free, is_oom, make_model, param_bytes, peak_gib, timed
+from _common import (
+    Table,
+    device_meta,
+    free,
+    is_oom,
+    make_model,
+    param_bytes,
+    peak_gib,
+    target,
+    target_text,
+    timed,
+)
 from transformers import GenerationConfig
 
 from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
@@ -127,7 +138,7 @@ def one_batch(model, args, batch: int, table: Table) -> None:
         row["ours_tok_s"] = "OOM" if is_oom(e) else "ERR"
         traceback.print_exc()
     free(args.device)
-    if not args.skip_hf:
+    if not args.skip_hf and (args.hf_batches is None or batch in args.hf_batches):
         try:
             hf_s, hf_pre = run_hf(model, ctxs, args.steps, pad_id, args.device)
             row.update(hf_tok_s=n_tok / hf_s, hf_dec_tok_s=batch * (args.steps - 1) / max(hf_s - hf_pre, 1e-9),
@@ -146,6 +157,19 @@ def one_batch(model, args, batch: int, table: Table) -> None:
     table.add(**row)
 
 
+TARGETS = (  # issue 15 target 1: (batch, column, figure, op, threshold)
+    (64, "frac_bound", "decode-only fraction of the bandwidth bound at batch 64", ">=", 0.5),
+    (256, "frac_bound", "decode-only fraction of the bandwidth bound at batch 256", ">=", 0.7),
+    (128, "ratio", "end-to-end tokens/s vs plain generate at batch 128", ">=", 12.0),
+)
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """Issue 15 target 1's three ratios from the table's rows ('missing' for a batch not measured)."""
+    by_batch = {r["batch"]: r for r in rows}
+    return [target("1", fig, by_batch.get(b, {}).get(col), op, thr) for b, col, fig, op, thr in TARGETS]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
@@ -158,6 +182,8 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="timed runs of ours (median)")
     p.add_argument("--bw-tbs", dest="bw_tbs", type=float, default=4.3, help="memory bandwidth, TB/s")
     p.add_argument("--skip-hf", dest="skip_hf", action="store_true")
+    p.add_argument("--hf-batches", dest="hf_batches", type=int, nargs="+", default=None,
+                   help="batches at which plain generate also runs (default: every batch; issue 15's ratio is at 128)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
     args = p.parse_args()
     if args.steps < 2:
@@ -174,6 +200,8 @@ def main() -> int:
             traceback.print_exc()
     for batch in args.batches:
         one_batch(model, args, batch, table)
+    for t in targets(table.rows):
+        table.note(target_text(t))
     table.note("tok_s: batch*steps / wall s incl. prefill; dec_tok_s: decode only (minus a 1-token run); "
                "frac_bound: ours_dec_tok_s / (weights + live KV bytes per step at bw)")
     return 0

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 
 import torch
-from _common import Table, device_meta, free, is_oom, make_model
+from _common import Table, device_meta, free, is_oom, make_model, target, target_text
 
 from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.models import _qwen3_tokenizer_source, load_tokenizer
@@ -56,6 +56,7 @@ class ExpertReplaySampler:
         self.marker = tokenizer.encode("<|im_start|>assistant", add_special_tokens=False)
         self.generate_s = 0.0
         self.tokens = 0
+        self.gen_peak = 0  # CUDA max_memory_allocated at the end of each sampler call (bytes, max over calls)
 
     def register(self, prompt_ids: list[int], turns: list[list]) -> None:
         """Add one episode's script: `turns` is a list of ToolCall lists (then a final answer)."""
@@ -90,6 +91,8 @@ class ExpertReplaySampler:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.generate_s += time.perf_counter() - t0
+        if torch.cuda.is_available():
+            self.gen_peak = max(self.gen_peak, torch.cuda.max_memory_allocated())
         self.tokens += sum(map(len, want))
         return [Sample(tuple(w), (0.0,) * len(w), hit_token_limit=w[-1] != self.eot) for w in want]
 
@@ -107,7 +110,8 @@ def save_random_model(args, workdir: Path) -> str:
     "tiny-qwen3" for --tiny."""
     if args.tiny:
         return "tiny-qwen3"
-    model = make_model(args.config, args.dtype, "cpu")
+    model = make_model(args.config, "bf16", args.device)  # random init on the GPU is fast; each setting loads
+    # it in its own dtype (RLConfig.dtype)
     model.save_pretrained(workdir / "model")
     load_tokenizer(_qwen3_tokenizer_source()).save_pretrained(workdir / "model")
     del model
@@ -131,34 +135,88 @@ def register_step(sess, replay: ExpertReplaySampler, step: int) -> None:
             replay.register(prompt, expert_turns(cfg.env, task, rng, random_op=True))
 
 
-def run_env(args, env_name: str, model_path: str, workdir: Path, table: Table) -> None:
+def cache_gib(real) -> float:
+    """GiB of the FastSampler's static KV cache (0 for the HF sampler or before the first call)."""
+    st = getattr(real, "state", None)
+    return sum(t.numel() * t.element_size() for t in (*st.k, *st.v)) / 2**30 if st is not None else 0.0
+
+
+def _watch_update(sess) -> dict:
+    """Wrap sess.update (this instance only) to record the CUDA memory allocated when the update starts:
+    weights + AdamW state + whatever the rollout left (the sampler's static cache)."""
+    seen: dict = {}
+    inner = sess.update
+
+    def update(*a, **kw):
+        if torch.cuda.is_available():
+            seen["start"] = torch.cuda.memory_allocated()
+        return inner(*a, **kw)
+
+    sess.update = update
+    return seen
+
+
+def run_env(args, env_name: str, dtype: str, model_path: str, workdir: Path, table: Table) -> None:
     from agentrl.rl.config import RLConfig
     from agentrl.rl.session import RunSession
     from agentrl.rl.trainer import train_step
 
-    cfg = RLConfig(model=model_path, env=env_name, dtype=args.dtype,
+    cfg = RLConfig(model=model_path, env=env_name, dtype=dtype,
                    device=args.device, prompts_per_step=args.prompts, group_size=args.group, micro=args.micro,
-                   gen_batch=args.gen_batch, steps=args.steps, out=str(workdir / env_name), seed=args.seed)
+                   gen_batch=args.gen_batch, steps=args.steps, out=str(workdir / f"{env_name}_{dtype}"), seed=args.seed)
     with RunSession.open(cfg) as sess:
         eot = sess.tokenizer.convert_tokens_to_ids("<|im_end|>")
         sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch)
-        replay = ExpertReplaySampler(make_real_sampler(args.sampler, sess.model, sess.pad_id, sampling),
-                                     sess.tokenizer, eot)
+        real = make_real_sampler(args.sampler, sess.model, sess.pad_id, sampling)
+        replay = ExpertReplaySampler(real, sess.tokenizer, eot)
         sess.sampler = replay
+        seen = _watch_update(sess)
         for step in range(args.steps):
             register_step(sess, replay, step)
-            replay.generate_s, replay.tokens = 0.0, 0
+            replay.generate_s, replay.tokens, replay.gen_peak = 0.0, 0, 0
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
             m = train_step(sess, step)
-            table.add(env=env_name, step=step, episodes=int(m["rollout/episodes"]), gen_tokens=replay.tokens,
-                      generate_s=replay.generate_s, tools_s=m["time/rollout_s"] - replay.generate_s,
-                      update_s=m["time/update_s"], step_s=m["time/step_s"], mean_reward=m["reward_mean"],
-                      policy_tokens=int(m["policy_tokens"]), peak_gib=m["peak_memory_bytes"] / 2**30)
+            gen, upd = replay.gen_peak / 2**30, m["peak_memory_bytes"] / 2**30  # update: minibatch_step's own reset
+            table.add(env=env_name, dtype=dtype, step=step, episodes=int(m["rollout/episodes"]),
+                      gen_tokens=replay.tokens, generate_s=replay.generate_s,
+                      tools_s=m["time/rollout_s"] - replay.generate_s, update_s=m["time/update_s"],
+                      step_s=m["time/step_s"], mean_reward=m["reward_mean"], policy_tokens=int(m["policy_tokens"]),
+                      peak_gib=max(gen, upd), gen_peak_gib=gen, upd_peak_gib=upd,
+                      upd_start_gib=seen.get("start", 0) / 2**30, kv_cache_gib=cache_gib(real),
+                      peak_phase="update" if upd >= gen else "generate")
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
 
 
-COLUMNS = [("env", ""), ("step", "d"), ("episodes", "d"), ("gen_tokens", "d"), ("generate_s", ".2f"),
+TARGETS = (  # issue 15 targets 6 and 7 on the coding-tools rows: (target, column, figure, op, threshold)
+    ("6", "tools_s", "tools seconds of a coding-tools step (64 episodes)", "<=", 1.5),
+    ("7", "step_s", "seconds per coding-tools step (8 x 8, micro 4)", "<=", 7.0),
+    ("7", "peak_gb", "peak GB (1e9 bytes) of a coding-tools step, generate or update", "<=", 20.0),
+)
+
+
+def targets(rows: list[dict], first_step: int = 1) -> list[dict]:
+    """Targets 6 and 7 for bf16 and fp32 (and any other dtype measured): the mean over coding-tools steps
+    >= first_step (step 0 pays graph captures; all steps when there is no later one)."""
+    out = []
+    ct = [r for r in rows if r["env"] == "coding-tools" and isinstance(r.get("step_s"), float)]
+    for dtype in dict.fromkeys(["bf16", "fp32", *(r["dtype"] for r in ct)]):
+        rs = [r for r in ct if r["dtype"] == dtype]
+        rs = [r for r in rs if r["step"] >= first_step] or rs
+        note = "" if dtype == "bf16" else " (the target is bf16's; fp32 to compare with the write-up)"
+        for tid, col, fig, op, thr in TARGETS:
+            vals = [r["peak_gib"] * 2**30 / 1e9 if col == "peak_gb" else r[col] for r in rs]
+            where = f"{dtype}, steps {','.join(str(r['step']) for r in rs)}" if rs else dtype
+            if col == "peak_gb" and rs:
+                where += f", peak in {'/'.join(sorted({r['peak_phase'] for r in rs}))}"
+            out.append(target(tid, f"{fig}, {where}{note}", sum(vals) / len(vals) if vals else None, op, thr))
+    return out
+
+
+COLUMNS = [("env", ""), ("dtype", ""), ("step", "d"), ("episodes", "d"), ("gen_tokens", "d"), ("generate_s", ".2f"),
            ("tools_s", ".2f"), ("update_s", ".2f"), ("step_s", ".2f"), ("mean_reward", ".2f"), ("policy_tokens", "d"),
-           ("peak_gib", ".1f")]
+           ("peak_gib", ".1f"), ("gen_peak_gib", ".1f"), ("upd_peak_gib", ".1f"), ("upd_start_gib", ".1f"),
+           ("kv_cache_gib", ".1f"), ("peak_phase", "")]
 
 
 def main() -> int:
@@ -166,7 +224,8 @@ def main() -> int:
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
     p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
-    p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
+    p.add_argument("--dtypes", nargs="+", default=["bf16"], type=dtype_arg,
+                   help="train dtypes, one setting each (e.g. bf16 fp32); " + DTYPE_HELP)
     p.add_argument("--envs", nargs="+", default=["edit-menu", "coding-tools"])
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
@@ -177,22 +236,26 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=2, help="train steps per setting (step 0 includes graph capture)")
     args = p.parse_args()
     meta = device_meta(args.device) | {"sampler": args.sampler, "prompts": args.prompts, "group": args.group,
-                                      "dtype": args.dtype}
+                                      "micro": args.micro}
     table = Table("bench_step", COLUMNS, meta)
     if ENVS_ERROR:
         table.note(ENVS_ERROR)
         return 1
     with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
         model_path = save_random_model(args, Path(tmp))
-        for env_name in args.envs:
+        for dtype, env_name in ((d, e) for d in args.dtypes for e in args.envs):
             try:
-                run_env(args, env_name, model_path, Path(tmp), table)
+                run_env(args, env_name, dtype, model_path, Path(tmp), table)
             except Exception as e:  # noqa: BLE001 - one setting failing must not end the table
-                table.note(f"{env_name}: {'OOM' if is_oom(e) else 'ERR'} {type(e).__name__}: {e}")
+                table.note(f"{env_name} {dtype}: {'OOM' if is_oom(e) else 'ERR'} {type(e).__name__}: {e}")
                 traceback.print_exc()
             free(args.device)
+    for t in targets(table.rows):
+        table.note(target_text(t))
     table.note("agentrl.rl.trainer.train_step per row. generate_s: inside the sampler; tools_s: rest of the rollout "
-               "(tools, grading, parsing, template encoding); update_s: the trainer's update time (minibatch_step)")
+               "(tools, grading, parsing, template encoding); update_s: the trainer's update time (minibatch_step); "
+               "gen_peak / upd_peak: CUDA max allocated over the sampler calls / inside the update (reset before "
+               "each); upd_start: allocated when the update starts; kv_cache: the FastSampler's static KV cache")
     return 0
 
 

@@ -23,7 +23,7 @@ import sys
 import traceback
 
 import torch
-from _common import Table, device_meta, free, is_oom, make_model
+from _common import Table, device_meta, free, is_oom, make_model, target, target_text
 
 import agentrl.rl.update as update
 from agentrl.rl.advantages import group_advantages
@@ -79,7 +79,7 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
     return TrainBatch(ids, am, pm, old.float(), adv, rewards)
 
 
-def run_config(args, dtype: str, gc: str, method: str) -> dict:
+def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0) -> dict:
     free(args.device)
     model = make_model(args.config, dtype, args.device, tiny=args.tiny)
     if gc != "off":
@@ -88,7 +88,8 @@ def run_config(args, dtype: str, gc: str, method: str) -> dict:
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
     cfg = RLConfig(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
-                   gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed")
+                   gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed",
+                   micro_tokens=micro_tokens)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     saved = update.policy_logprobs
     update.policy_logprobs = naive_logprobs if method == "naive" else policy_logprobs
@@ -135,7 +136,7 @@ def check_naive(args) -> str:
             f"{float((pk - pd)[m].abs().max()):.2e}; varlen flash attention used: {varlen and args.device != 'cpu'}")
 
 
-COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),
+COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("micro_tok", "d"), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),
            ("packed_all_tok_s", ".0f"), ("padded_all_tok_s", ".0f"), ("naive_all_tok_s", ".0f"),
            ("speed_ratio", ".2f"), ("packed_peak_gib", ".2f"), ("naive_peak_gib", ".2f"),
            ("packed_above_gib", ".2f"), ("padded_above_gib", ".2f"), ("naive_above_gib", ".2f"), ("mem_ratio", ".3f")]
@@ -162,6 +163,47 @@ def run_row(args, dtype: str, gc: str) -> dict:
     return row
 
 
+def token_row(args, spec: str, naive: dict) -> dict:
+    """A packed-only row with token-budget microbatches: `spec` = "dtype:gc:budget" (e.g. bf16:off:32768);
+    speed and memory ratios against the naive run of the same (dtype, gc) in `naive` when it ran."""
+    dtype, gc, budget = spec.split(":")
+    dtype = dtype_arg(dtype)
+    row: dict = {"dtype": dtype, "grad_ckpt": gc, "micro_tok": int(budget), "rows": args.rows}
+    try:
+        r = run_config(args, dtype, gc, "packed", micro_tokens=int(budget))
+        row.update(tokens=r["tokens"], policy_tok=r["policy_tokens"], packed_all_tok_s=r["all_tok_s"],
+                   packed_peak_gib=r["peak_gib"], packed_above_gib=r["above_gib"])
+        if (dtype, gc) in naive:
+            n = naive[(dtype, gc)]
+            row.update(naive_all_tok_s=n["naive_all_tok_s"], speed_ratio=r["all_tok_s"] / n["naive_all_tok_s"])
+            if n.get("naive_above_gib", 0) > 0:
+                row["mem_ratio"] = r["above_gib"] / n["naive_above_gib"]
+    except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
+        row["packed_all_tok_s"] = "OOM" if is_oom(e) else "ERR"
+        traceback.print_exc()
+    free(args.device)
+    return row
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """Issue 15 target 5 from the table: speed (bf16, checkpointing off, --micro rows; and the fastest
+    token-budget row) and memory above static (every dtype x checkpointing row)."""
+    main = {(r["dtype"], r["grad_ckpt"]): r for r in rows if not r.get("micro_tok")}
+    b = main.get(("bf16", "off"), {})
+    out = [target("5", "update tokens/s packed / full logits, bf16", b.get("speed_ratio"), ">=", 1.5),
+           target("5", "update tokens/s packed, bf16", b.get("packed_all_tok_s"), ">=", 70000)]
+    tok = [r for r in rows if r.get("micro_tok") and isinstance(r.get("packed_all_tok_s"), float)]
+    if tok:
+        best = max(tok, key=lambda r: r["packed_all_tok_s"])
+        tag = f"{best['dtype']} ckpt {best['grad_ckpt']}, micro_tokens {best['micro_tok']}"
+        out += [target("5", f"update tokens/s packed / full logits, {tag}", best.get("speed_ratio"), ">=", 1.5),
+                target("5", f"update tokens/s packed, {tag}", best["packed_all_tok_s"], ">=", 70000)]
+    for dtype, gc in dict.fromkeys([("bf16", "off"), ("bf16", "on"), ("fp32", "off"), ("fp32", "on"), *main]):
+        out.append(target("5", f"update memory above static packed / full logits, {dtype} ckpt {gc}",
+                          main.get((dtype, gc), {}).get("mem_ratio"), "<=", 0.3))
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
@@ -179,15 +221,31 @@ def main() -> int:
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], type=dtype_arg)
     p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
     p.add_argument("--methods", nargs="+", default=["packed", "padded", "naive"], choices=["packed", "padded", "naive"])
+    p.add_argument("--token-rows", dest="token_rows", nargs="*", default=[],
+                   help="extra packed rows with token-budget microbatches (RLConfig.micro_tokens), each "
+                        "DTYPE:GC:BUDGET, e.g. bf16:off:32768 (run after the main rows)")
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:
         p.error("--rows must be a multiple of --group, and --prompt < 3/4 --length")
+    for spec in args.token_rows:
+        parts = spec.split(":")
+        if len(parts) != 3 or parts[1] not in ("off", "on") or not parts[2].isdigit() or int(parts[2]) < 1:
+            p.error(f"--token-rows {spec!r}: expected DTYPE:off|on:BUDGET, e.g. bf16:off:32768")
+        dtype_arg(parts[0])
     meta = device_meta(args.device) | {"micro": args.micro, "minibatches": args.minibatches, "length": args.length}
     table = Table("bench_update", COLUMNS, meta)
     table.note(check_naive(args))
+    naive = {}
     for dtype in args.dtypes:
         for gc in args.gc:
-            table.add(**run_row(args, dtype, gc))
+            row = run_row(args, dtype, gc)
+            table.add(**row)
+            if isinstance(row.get("naive_all_tok_s"), float):
+                naive[(dtype, gc)] = row
+    for spec in args.token_rows:
+        table.add(**token_row(args, spec, naive))
+    for t in targets(table.rows):
+        table.note(target_text(t))
     table.note("all_tok_s: all real tokens (prompt + completion, what the trunk runs) / update wall s "
                "(minibatch_step); peak: CUDA max allocated (CPU: process peak RSS, cumulative); above: peak minus "
                "weights + AdamW state; speed_ratio = packed/naive tokens/s; mem_ratio = packed/naive above-static; "

@@ -1,0 +1,121 @@
+"""Benchmark (issue 15 target 4): FastSampler decoding rows that stop at ragged lengths vs a batch that stays full.
+
+Not a test. Qwen3-0.6B architecture, random weights, bf16, no stop token. One batch of --batch contexts
+(~--ctx random ids, lengths uniform in [7/8 ctx, ctx], as bench_rollout.py), three runs of the same sampler:
+
+- `ragged`: per-row budgets uniform in [--max-new / 4, --max-new] (rows finish at ragged steps); finished rows
+  are masked and the live rows compacted into smaller CUDA-graph buckets every `check_every` steps (the
+  sampler's default behaviour);
+- `no_compact`: the same budgets with compaction off (check_every larger than the budget: finished rows stay
+  in the full bucket until the longest row ends);
+- `full`: every row decodes L' = round(total ragged tokens / batch) tokens, the same total at the same batch:
+  the batch stays full to the end, what continuous batching (new work taking finished rows' slots) would give.
+
+tok_s = generated tokens / wall s of the call (prefill included); dec_tok_s = the same minus a 1-token run
+(prefill only); median of --repeats timed calls after one warm-up call (graph captures). The target figure is
+ragged dec_tok_s / full dec_tok_s >= 0.9 ("compaction within 10% of a full batch").
+
+    PYTHONPATH=src python bench/bench_ragged.py --device cuda [--config PATH] [--batch 128]
+    PYTHONPATH=src python bench/bench_ragged.py --device cpu --tiny --batch 6 --ctx 40 --max-new 12   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import traceback
+
+from _common import Table, device_meta, free, is_oom, make_model, peak_gib, target, target_text, timed
+from bench_rollout import make_contexts
+
+from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.rollout.fast_sampler import FastSampler
+from agentrl.rollout.sampler import SamplingConfig
+
+
+def ragged_budgets(batch: int, max_new: int, seed: int) -> list[int]:
+    """`batch` budgets uniform in [max_new // 4, max_new] (at least 1)."""
+    rng = random.Random(seed)
+    return [rng.randint(max(max_new // 4, 1), max_new) for _ in range(batch)]
+
+
+def run_mode(model, contexts, budgets, args, check_every: int) -> dict:
+    """Warm-up call, then --repeats timed calls and a 1-token call of one FastSampler: tokens and seconds."""
+    fs = FastSampler(model, stop_ids=(), pad_id=0, cfg=SamplingConfig(max_new_tokens=max(budgets)),
+                     max_batch=len(contexts), keep_kv=args.keep_kv, share_prompts=False, check_every=check_every)
+    fs(contexts, budgets)  # warm-up: cache allocation, graph captures of every bucket this run reaches
+    times, tokens = [], 0
+    for _ in range(args.repeats):
+        fs.clear_kv()
+        out, s = timed(lambda: fs(contexts, budgets), args.device)
+        times.append(s)
+        tokens = sum(len(x.ids) for x in out)
+    fs.clear_kv()
+    _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), args.device)
+    wall = statistics.median(times)
+    return {"tokens": tokens, "wall_s": wall, "prefill_s": prefill_s, "tok_s": tokens / wall,
+            "dec_tok_s": (tokens - len(contexts)) / max(wall - prefill_s, 1e-9), "peak_gib": peak_gib(args.device)}
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """Issue 15 target 4: ragged dec_tok_s / full dec_tok_s (rows of this table)."""
+    by = {r["mode"]: r for r in rows}
+    rag, full = by.get("ragged", {}), by.get("full", {})
+    ok = isinstance(rag.get("dec_tok_s"), float) and isinstance(full.get("dec_tok_s"), float)
+    span = f"[{rag['min_new']}, {rag['max_new']}]" if rag else "[L/4, L]"
+    fig = f"decode tokens/s, ragged budgets in {span} with compaction vs a full batch of the same tokens"
+    if rag:
+        fig += f" (batch {rag['batch']})"
+    return [target("4", fig, rag["dec_tok_s"] / full["dec_tok_s"] if ok else None, ">=", 0.9)]
+
+
+COLUMNS = [("mode", ""), ("batch", "d"), ("tokens", "d"), ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
+           ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f")]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
+    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
+    p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--ctx", type=int, default=1024, help="max context tokens per row")
+    p.add_argument("--max-new", dest="max_new", type=int, default=256, help="L: ragged budgets in [L/4, L]")
+    p.add_argument("--repeats", type=int, default=2, help="timed calls per mode (median)")
+    p.add_argument("--keep-kv", dest="keep_kv", action="store_true", help="keep finished rows' KV (off: decode only)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if args.batch < 1 or args.max_new < 4 or args.repeats < 1:
+        p.error("need --batch >= 1, --max-new >= 4, --repeats >= 1")
+    model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
+    contexts = make_contexts(args.batch, args.ctx, model.config.vocab_size, seed=args.seed)
+    ragged = ragged_budgets(args.batch, args.max_new, args.seed)
+    full = [max(round(sum(ragged) / args.batch), 1)] * args.batch
+    meta = device_meta(args.device) | {"dtype": args.dtype, "ctx": args.ctx, "keep_kv": args.keep_kv}
+    table = Table("bench_ragged", COLUMNS, meta)
+    res: dict[str, dict] = {}
+    # full first: every later row's vs_full is known when it is printed
+    for mode, budgets, check in (("full", full, 16), ("ragged", ragged, 16), ("no_compact", ragged, 10**9)):
+        row = {"mode": mode, "batch": args.batch, "min_new": min(budgets), "max_new": max(budgets)}
+        free(args.device)
+        try:
+            res[mode] = r = run_mode(model, contexts, budgets, args, check)
+            row.update(r)
+            if "full" in res:
+                row["vs_full"] = r["dec_tok_s"] / res["full"]["dec_tok_s"]
+        except Exception as e:  # noqa: BLE001 - one mode failing must not end the table
+            row["tok_s"] = "OOM" if is_oom(e) else "ERR"
+            traceback.print_exc()
+        table.add(**row)
+    for t in targets(table.rows):
+        table.note(target_text(t))
+    table.note("tok_s: generated tokens / wall s incl. prefill; dec_tok_s: minus a 1-token (prefill) call; "
+               "vs_full: dec_tok_s / full's; no_compact: ragged budgets, finished rows kept in the full bucket")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
