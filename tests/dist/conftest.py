@@ -19,10 +19,12 @@ def free_port() -> int:
 
 def torchrun(args: list[str], *, nproc: int = 2, timeout_s: float = 300, cwd: Path | None = None
              ) -> subprocess.CompletedProcess:
-    """`torchrun --nproc-per-node nproc <args>` on 127.0.0.1 (gloo over loopback), offline, bounded."""
+    """`torchrun --nproc-per-node nproc <args>` with --master-addr 127.0.0.1 (the ranks pin gloo to the
+    loopback interface themselves: agentrl.dist.net), offline, bounded."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               DO_NOT_TRACK="1", MPLBACKEND="Agg", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT / "src"))
+               DO_NOT_TRACK="1", MPLBACKEND="Agg", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):  # the ranks pick the loopback themselves
+        env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", *args]
     return subprocess.run(cmd, env=env, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout_s)

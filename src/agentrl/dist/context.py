@@ -2,7 +2,10 @@
 
 `DistContext.from_env()` reads what `torchrun` sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT),
 opens the default process group (NCCL when each rank has its own GPU, else gloo) plus a gloo group for
-Python objects (trajectories, results), and picks each rank's device. `shard_groups` is the one rule
+Python objects (trajectories, results), and picks each rank's device. When every rank is on this host
+(LOCAL_WORLD_SIZE == WORLD_SIZE) gloo's pairs and NCCL's bootstrap are pinned to the loopback interface
+(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless the user set them: agentrl.dist.net); torchrun's own
+rendezvous store is torch's TCPStore, which listens on all interfaces (docs/dist.md, "Network"). `shard_groups` is the one rule
 for splitting episodes: by GRPO group, contiguously, never splitting a group.
 """
 
@@ -16,6 +19,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from agentrl.dist.net import loopback_socket_env
 
 
 def launched_by_torchrun() -> bool:
@@ -59,7 +64,7 @@ class DistContext:
         """
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             raise ValueError("DistContext.from_env: RANK/WORLD_SIZE are not set; launch with "
-                             "`torchrun --nproc-per-node N -m agentrl train ...`")
+                             "`torchrun --nproc-per-node N --master-addr 127.0.0.1 --master-port PORT -m agentrl train ...`")
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -72,6 +77,8 @@ class DistContext:
         dev = f"cuda:{local}" if use_gpu else "cpu"
         if use_gpu:
             torch.cuda.set_device(local)
+        if local_world == world:  # one host: this rank's later groups (FSDP's mesh) need it too
+            os.environ.update(loopback_socket_env())
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
         cpu_group = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD

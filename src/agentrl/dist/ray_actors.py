@@ -193,14 +193,18 @@ class RolloutWorkerActor:
         return rank
 
 
-def start_worker_actors(cfgs: list[Any], world: int, init_method: str, backend: str) -> list[tuple[Any, Any]]:
+def start_worker_actors(cfgs: list[Any], world: int, init_method: str, backend: str, *,
+                        env: dict[str, str] | None = None) -> list[tuple[Any, Any]]:
     """Start one RolloutWorkerActor per worker config (rank i+1; a GPU each when backend is NCCL, then
-    the actor sees its GPU as cuda:0). Returns [(actor, ObjectRef of its serve loop)]."""
+    the actor sees its GPU as cuda:0), with `env` (e.g. agentrl.dist.net.loopback_socket_env()) set in
+    each actor's process through Ray's runtime_env. Returns [(actor, ObjectRef of its serve loop)]."""
     init_ray()
     import ray
 
     gpu = backend == "nccl"
     actor = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0)(RolloutWorkerActor)
+    if env:
+        actor = actor.options(runtime_env={"env_vars": dict(env)})
     out = []
     for i, cfg in enumerate(cfgs):
         a = actor.remote()

@@ -13,7 +13,8 @@ truncated-IS correction. Seconds and bytes of each push are step metrics (`dist/
 
 Commands travel over a gloo group as pickled objects (broadcast from the trainer, gathered back), all
 from the producer thread; the process group rendezvous is a FileStore in a private temporary folder
-(no TCP listener), so nothing listens beyond the loopback gloo pairs.
+(no TCP listener), and every process of the pool has GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME naming the
+loopback interface unless the user set them (agentrl.dist.net), so the pool listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from agentrl.dist.context import shard_groups
+from agentrl.dist.net import environ_set, loopback_socket_env
 from agentrl.rl.config import RLConfig
 from agentrl.rl.session import RunSession
 from agentrl.rollout.trajectory import Trajectory
@@ -156,6 +158,25 @@ def worker_main(cfg: RLConfig, rank: int, world: int, init_method: str, backend:
         dist.destroy_process_group()
 
 
+def _launch(cfg: RLConfig, wcfgs: list[RLConfig], devices: list[str], init: str, backend: str,
+            net_env: dict[str, str]) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """Start the workers (rank i+1 on devices[i]): spawned processes, or Ray actors with `net_env` in
+    their runtime environment. Returns (processes, [(actor, serve ref)])."""
+    n = len(devices)
+    if cfg.worker_launcher == "ray":
+        from agentrl.dist.ray_actors import start_worker_actors
+
+        return [], start_worker_actors(wcfgs, n + 1, init, backend, env=net_env)
+    ctx = mp.get_context("spawn")
+    procs = []
+    for i, (wcfg, dev) in enumerate(zip(wcfgs, devices, strict=True)):
+        p = ctx.Process(target=worker_main, args=(wcfg, i + 1, n + 1, init, backend, dev),
+                        name=f"agentrl-rollout-worker-{i + 1}", daemon=True)
+        p.start()
+        procs.append(p)
+    return procs, []
+
+
 def _kill(procs: list[Any], actors: list[tuple[Any, Any]]) -> None:
     """End worker processes / Ray actors that are still running."""
     for p in procs:
@@ -206,28 +227,19 @@ class WorkerPool:
             wcfg = copy.deepcopy(cfg)
             wcfg.device, wcfg.report_to, wcfg.resume, wcfg.ray_graders = dev, "none", False, 0
             wcfgs.append(wcfg)
-        procs, actors = [], []
-        if cfg.worker_launcher == "ray":
-            from agentrl.dist.ray_actors import start_worker_actors
-
-            actors = start_worker_actors(wcfgs, n + 1, init, backend)
-        else:
-            ctx = mp.get_context("spawn")
-            for i, (wcfg, dev) in enumerate(zip(wcfgs, devices, strict=True)):
-                p = ctx.Process(target=worker_main, args=(wcfg, i + 1, n + 1, init, backend, dev),
-                                name=f"agentrl-rollout-worker-{i + 1}", daemon=True)
-                p.start()
-                procs.append(p)
-        try:
-            dist.init_process_group(backend, init_method=init, rank=0, world_size=n + 1,
-                                    timeout=_dt.timedelta(seconds=timeout_s))
-            ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
-            ready: list[Any] = [None] * (n + 1)
-            dist.gather_object(None, ready, dst=0, group=ctrl)
-        except BaseException:
-            _kill(procs, actors)
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        net_env = loopback_socket_env()
+        with environ_set(net_env):  # the spawned workers inherit it; this process's groups read it
+            procs, actors = _launch(cfg, wcfgs, devices, init, backend, net_env)
+            try:
+                dist.init_process_group(backend, init_method=init, rank=0, world_size=n + 1,
+                                        timeout=_dt.timedelta(seconds=timeout_s))
+                ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+                ready: list[Any] = [None] * (n + 1)
+                dist.gather_object(None, ready, dst=0, group=ctrl)
+            except BaseException:
+                _kill(procs, actors)
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
         log.info("rollout workers: %d (%s) on %s, started as %s, weights over %s", n,
                  ", ".join(str(r["ready"]) for r in ready[1:]), ", ".join(r["device"] for r in ready[1:]),
                  "Ray actors" if actors else "processes", backend)
