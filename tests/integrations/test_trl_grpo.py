@@ -2,7 +2,7 @@
 
 Real parts throughout: TRL's trainer, tool-call parsing and tool loop, our environment classes with
 tools executing in agentrl's sandbox, rewards from the hidden tests, two optimizer steps on real
-parameters. Only sampling is steered (tests/integrations/scripted_policy.py): a random model never
+parameters. Only sampling is steered (agentrl.rollout.scripted.script_generate): a random model never
 calls a tool.
 
 TRL requirements met here: HF_HUB_OFFLINE=1 (tests/conftest.py; TRL would otherwise look models up on
@@ -21,7 +21,9 @@ import pytest
 pytest.importorskip("trl")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from scripted_policy import scripted_tiny_qwen3, tool_call_text, turns_done  # noqa: E402
+from scripted_policy import mbpp_reference_or_stub, qwen3_tokenizer, scripted_tiny_qwen3  # noqa: E402
+
+from agentrl.rollout.scripted import RowReply, tool_call_text, turns_done  # noqa: E402
 
 
 def _trainer(tmp_path, env_cls, dataset, model, tok, *, reward_funcs):
@@ -36,11 +38,16 @@ def _trainer(tmp_path, env_cls, dataset, model, tok, *, reward_funcs):
                        train_dataset=dataset, environment_factory=env_cls)
 
 
-def _train_and_check(trainer, env_name, reward_name):
+def _train_and_check(tmp_path, env_name: str, tasks, script: RowReply, reward_name: str) -> list[dict]:
+    """Two GRPOTrainer steps of scripted tiny-qwen3 on `tasks` in agentrl's `env_name`; the two steps' logs."""
     from transformers.utils import get_json_schema
 
     from agentrl.envs.registry import make_env
+    from agentrl.integrations.trl import env_stats, make_trl_env_class, task_dataset
 
+    tok = qwen3_tokenizer()
+    trainer = _trainer(tmp_path, make_trl_env_class(env_name), task_dataset(tasks, env_name),
+                       scripted_tiny_qwen3(tok, script), tok, reward_funcs=[env_stats])
     # The schemas TRL renders into the prompt are ours, exactly.
     assert [get_json_schema(t) for t in trainer.tools] == make_env(env_name).tools()
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -53,32 +60,13 @@ def _train_and_check(trainer, env_name, reward_name):
     return steps
 
 
-def _tokenizer():
-    from agentrl.paths import resolve_asset
-    from agentrl.rollout.models import load_tokenizer
-
-    return load_tokenizer(resolve_asset("qwen3-tokenizer-current"))
-
-
 @pytest.mark.slow
 def test_grpo_trainer_python_session_mbpp(tmp_path):
-    from agentrl.integrations.trl import env_stats, make_trl_env_class, task_dataset
     from agentrl.tasks.mbpp import load_mbpp
 
     tasks = load_mbpp(split="train")[:2]
-    refs = {t.entry: t.reference for t in tasks}
-
-    def script(context: str, row: int) -> str:
-        if turns_done(context):
-            return "Done."
-        entry = re.findall(r"Name the function `(\w+)`", context)[-1]
-        code = refs[entry] if row % 2 == 0 else f"def {entry}(*args):\n    return None\n"
-        return tool_call_text("run_python", {"code": code})
-
-    tok = _tokenizer()
-    trainer = _trainer(tmp_path, make_trl_env_class("python-session"), task_dataset(tasks, "python-session"),
-                       scripted_tiny_qwen3(tok, script), tok, reward_funcs=[env_stats])
-    steps = _train_and_check(trainer, "python-session", "PythonSessionTRL")
+    script = mbpp_reference_or_stub({t.entry: t.reference for t in tasks})
+    steps = _train_and_check(tmp_path, "python-session", tasks, script, "PythonSessionTRL")
     for h in steps:
         # one episode per group runs the reference (all hidden tests pass), the other a stub (none pass)
         assert h["rewards/PythonSessionTRL/mean"] == pytest.approx(0.5)
@@ -91,7 +79,6 @@ def test_grpo_trainer_python_session_mbpp(tmp_path):
 
 @pytest.mark.slow
 def test_grpo_trainer_coding_tools_bugfix(tmp_path):
-    from agentrl.integrations.trl import env_stats, make_trl_env_class, task_dataset
     from agentrl.tasks import make_tasks
 
     tasks = make_tasks(2, families=["minmax"], seed=0, split="train")
@@ -108,10 +95,7 @@ def test_grpo_trainer_coding_tools_bugfix(tmp_path):
             return tool_call_text("Write", {"file_path": path, "content": by_file[path].reference})
         return "The tests pass."
 
-    tok = _tokenizer()
-    trainer = _trainer(tmp_path, make_trl_env_class("coding-tools"), task_dataset(tasks, "coding-tools"),
-                       scripted_tiny_qwen3(tok, script), tok, reward_funcs=[env_stats])
-    steps = _train_and_check(trainer, "coding-tools", "CodingToolsTRL")
+    steps = _train_and_check(tmp_path, "coding-tools", tasks, script, "CodingToolsTRL")
     for h in steps:
         assert h["env/reads"] == pytest.approx(1.0)
         assert 0.0 < h["env/writes"] < 1.0

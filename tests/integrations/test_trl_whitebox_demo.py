@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,9 @@ pytest.importorskip("trl")
 pytest.importorskip("openenv")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from scripted_policy import scripted_tiny_qwen3, tool_call_text, turns_done  # noqa: E402
+from scripted_policy import mbpp_reference_or_stub, qwen3_tokenizer, scripted_tiny_qwen3  # noqa: E402
 
+from agentrl.rollout.scripted import tool_call_text, turns_done  # noqa: E402
 from agentrl.serve.env_server_app import BackgroundServer, EnvServerConfig  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_openenv_whitebox.py"
@@ -30,13 +30,6 @@ def _example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _tokenizer():
-    from agentrl.paths import resolve_asset
-    from agentrl.rollout.models import load_tokenizer
-
-    return load_tokenizer(resolve_asset("qwen3-tokenizer-current"))
 
 
 def _argv(url: str, tmp_path, train: int, held: int) -> list[str]:
@@ -61,16 +54,8 @@ def test_demo_refuses_too_few_tasks(tmp_path):
 def test_whitebox_demo_mbpp_two_steps_with_fixed_eval(tmp_path):
     from agentrl.tasks.mbpp import load_mbpp
 
-    refs = {t.entry: t.reference for t in load_mbpp()}
-
-    def script(context: str, row: int) -> str:
-        if turns_done(context):
-            return "Done."
-        entry = re.findall(r"Name the function `(\w+)`", context)[-1]
-        code = refs[entry] if row % 2 == 0 else f"def {entry}(*args):\n    return None\n"
-        return tool_call_text("run_python", {"code": code})
-
-    tok = _tokenizer()
+    script = mbpp_reference_or_stub({t.entry: t.reference for t in load_mbpp()})
+    tok = qwen3_tokenizer()
     cfg = EnvServerConfig(env="python-session", tasks="mbpp", train_size=4, eval_size=2, port=0,
                           max_concurrent_envs=16)
     with BackgroundServer(cfg) as url:
@@ -94,7 +79,7 @@ def test_whitebox_demo_wordle_same_path(tmp_path):
     def script(context: str, row: int) -> str:
         return "I give up." if turns_done(context) else tool_call_text("guess", {"word": word})
 
-    tok = _tokenizer()
+    tok = qwen3_tokenizer()
     with BackgroundServer(EnvServerConfig(env="wordle", train_size=4, eval_size=2, port=0)) as url:
         trainer = _example().main(_argv(url, tmp_path, 4, 2), model=scripted_tiny_qwen3(tok, script), tokenizer=tok)
     train = [h for h in trainer.state.log_history if "rewards/WordleRemoteTRL/mean" in h]

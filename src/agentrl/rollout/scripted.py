@@ -5,6 +5,10 @@ are scripted (e.g. "apply a random op from the edit menu, then submit"), and the
 the policy's own for exactly those tokens at temperature 1, as a real sampler would report, so the
 trainer's ratio starts at 1 and GRPO's update is the real one. The trainer binds the sampler to the
 policy it samples for (`agentrl.rollout.driver.bind_sampler`).
+
+`script_generate(model, tokenizer, reply)` does the same for trainers that sample through Hugging Face
+`generate` (TRL's GRPOTrainer): the model's forward pass, log-probs and updates are untouched; only its
+`generate` writes the scripted turns (a `ForcedReplies` logits processor).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 from agentrl.rollout.sampler import Sample
 
 Reply = Callable[[str], str]
+RowReply = Callable[[str, int], str]  # (decoded context, row of the generate batch) -> the turn's text
 
 
 class ScriptedSampler:
@@ -65,6 +70,79 @@ class ScriptedSampler:
             logits = self.model(torch.tensor([context + ids], device=p.device)).logits[0, len(context) - 1: -1].float()
         lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids, device=p.device)[:, None]).squeeze(-1)
         return lp.tolist()
+
+
+class ForcedReplies:
+    """A transformers logits processor (`LogitsProcessorList([...])`) that makes `generate` write scripted
+    turns: row r writes `reply(decoded prompt of row r, r)` token by token, then `eot` (repeated after).
+
+    Args:
+        tokenizer: the model's tokenizer (decodes the prompt, encodes the reply).
+        reply: RowReply; called once per row, at the first generated token.
+        prompt_len: the prompt length of this generate call (input_ids.shape[1]).
+        eot: end-of-turn token (default ChatML's "<|im_end|>").
+
+    `__call__(input_ids[B, L] int64, scores[B, V] float)` returns scores that are 0 at the forced token and
+    -1e9 elsewhere, so greedy and sampled decoding alike pick it.
+    """
+
+    def __init__(self, tokenizer: Any, reply: RowReply, prompt_len: int, *, eot: str = "<|im_end|>"):
+        self.tok, self.reply, self.start = tokenizer, reply, prompt_len
+        self.eot = tokenizer.convert_tokens_to_ids(eot)
+        self.targets: dict[int, list[int]] = {}
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        n = input_ids.shape[1] - self.start
+        for row in range(input_ids.shape[0]):
+            if row not in self.targets:
+                text = self.reply(self.tok.decode(input_ids[row, : self.start], skip_special_tokens=False), row)
+                self.targets[row] = self.tok.encode(text, add_special_tokens=False) + [self.eot]
+            target = self.targets[row]
+            forced = torch.full_like(scores[row], -1e9)
+            forced[target[n] if n < len(target) else self.eot] = 0.0
+            scores[row] = forced
+        return scores
+
+
+class _ScriptedGenerate:
+    """Mixed in before a model's class by script_generate: generate() adds a ForcedReplies processor."""
+
+    _script: RowReply | None = None
+    _script_tokenizer: Any = None
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        if self._script is not None:
+            from transformers import LogitsProcessorList
+
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            forced = ForcedReplies(self._script_tokenizer, self._script, ids.shape[1])
+            kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), forced])
+        return super().generate(*args, **kwargs)
+
+
+_SCRIPTED_CLASSES: dict[type, type] = {}
+
+
+def script_generate(model: Any, tokenizer: Any, reply: RowReply | None) -> Any:
+    """Make a Hugging Face model's `generate` write `reply`'s turns (ForcedReplies); None restores it.
+
+    The model's class is swapped for a subclass of the same name that only overrides `generate`, so its
+    forward pass, log-probs, gradients, `save_pretrained` and copies are those of the real model.
+    Returns `model` (the same object).
+    """
+    cls = type(model)
+    if not issubclass(cls, _ScriptedGenerate):
+        if cls not in _SCRIPTED_CLASSES:
+            _SCRIPTED_CLASSES[cls] = type(cls.__name__, (_ScriptedGenerate, cls), {"__module__": cls.__module__})
+        model.__class__ = _SCRIPTED_CLASSES[cls]
+    model._script, model._script_tokenizer = reply, tokenizer
+    return model
+
+
+def turns_done(context: str) -> int:
+    """How many tool results a decoded conversation holds (Hermes/Qwen `<tool_response>` blocks): the
+    index of the assistant turn being written in a one-call-per-turn episode."""
+    return context.count("<tool_response>")
 
 
 def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
