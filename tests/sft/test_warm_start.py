@@ -19,7 +19,7 @@ def test_sft_config_follows_the_run_config():
 
 
 def test_unknown_warm_start_names_the_registered_ones():
-    with pytest.raises(ValueError, match="registered: .*sft"):
+    with pytest.raises(ValueError, match="is not a registered warm start; expected one of .*sft"):
         warm_start_fn("nope")
     with pytest.raises(ValueError, match="other than"):
         register_warm_start("none", lambda sess: {})

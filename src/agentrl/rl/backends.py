@@ -13,11 +13,26 @@ agentrl.rollout.trace.expand_rows), `describe() -> dict` and `close()`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from agentrl.registry import Registry
+
 AgentFactory = Callable[..., Any]
-_AGENTS: dict[str, AgentFactory] = {}
-_CHECKS: dict[str, Callable[..., None]] = {}
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """A registered agent backend: its `factory` and optional `check(cfg, tasks)` (module docstring)."""
+
+    name: str
+    factory: AgentFactory
+    check: Callable[..., None] | None = None
+
+
+_AGENTS: Registry[AgentSpec] = Registry(
+    "a registered agent backend", hint="a front end registers one with agentrl.rl.backends.register_agent; "
+    "opencode is registered by `import agentrl.agents` (the agentrl command does it)")
 
 
 def register_agent(name: str, factory: AgentFactory, check: Callable[..., None] | None = None) -> None:
@@ -25,16 +40,14 @@ def register_agent(name: str, factory: AgentFactory, check: Callable[..., None] 
     (optional) raises ValueError / FileNotFoundError before a run starts if the backend cannot run it."""
     if not name:
         raise ValueError("an agent backend needs a non-empty name")
-    _AGENTS[name] = factory
-    if check is not None:
-        _CHECKS[name] = check
+    _AGENTS.register(AgentSpec(name, factory, check))
 
 
 def check_agent(cfg: Any, tasks: Any) -> None:
     """Fail early, before anything is written: the backend is registered and says it can run `cfg`."""
-    agent_factory(cfg.agent)
-    if cfg.agent in _CHECKS:
-        _CHECKS[cfg.agent](cfg, tasks)
+    spec = _AGENTS.lookup(cfg.agent, flag="--agent")
+    if spec.check is not None:
+        spec.check(cfg, tasks)
 
 
 def agent_factory(name: str) -> AgentFactory:
@@ -43,12 +56,7 @@ def agent_factory(name: str) -> AgentFactory:
     Raises:
         ValueError: nothing registered under `name` (lists what is, and how backends get registered).
     """
-    if name not in _AGENTS:
-        known = ", ".join(sorted(_AGENTS)) or "none"
-        raise ValueError(f"--agent {name!r} is not a registered agent backend (registered: {known}); a front end "
-                         "registers one with agentrl.rl.backends.register_agent; "
-                         "opencode is registered by `import agentrl.agents` (the agentrl command does it)")
-    return _AGENTS[name]
+    return _AGENTS.lookup(name, flag="--agent").factory
 
 
 def agent_names() -> tuple[str, ...]:

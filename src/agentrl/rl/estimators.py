@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.registry import Registry
+
 
 @dataclass(frozen=True)
 class AdvantageEstimator:
@@ -44,23 +46,21 @@ def _none(groups: Any, mean: Any, eps: float) -> Any:
     return groups.clone()
 
 
-ADV_ESTIMATORS: dict[str, AdvantageEstimator] = {e.name: e for e in (
+ADV_ESTIMATORS: Registry[AdvantageEstimator] = Registry("an advantage estimator", (
     AdvantageEstimator("grpo", "(r - mean_g) / (std_g + eps), std with Bessel's correction as TRL's GRPOTrainer "
                        "(DeepSeekMath, Shao et al. 2024, Sec. 4.1.2)", _grpo),
     AdvantageEstimator("dr_grpo", "r - mean_g, no std scaling (Dr. GRPO, Liu et al. 2025)", _dr_grpo),
     AdvantageEstimator("rloo", "r_i - mean of the other G-1 rewards (RLOO, Ahmadian et al. 2024)", _rloo),
     AdvantageEstimator("none", "the raw reward (REINFORCE without a baseline)", _none, min_group_size=1,
                        baselined=False),
-)}
+))
 
 
 def adv_mode_help() -> str:
     """The --adv_mode help text, one entry per registered estimator."""
-    return "Advantage estimator: " + "; ".join(f"{e.name}: {e.help}" for e in ADV_ESTIMATORS.values()) + "."
+    return ADV_ESTIMATORS.help("Advantage estimator", lambda e: f"{e.name}: {e.help}")
 
 
 def get_estimator(name: str, *, flag: str = "adv_mode") -> AdvantageEstimator:
     """The registered estimator `name`; ValueError naming `flag` and the registered names."""
-    if name not in ADV_ESTIMATORS:
-        raise ValueError(f"{flag}: expected one of {', '.join(ADV_ESTIMATORS)}, got {name!r}")
-    return ADV_ESTIMATORS[name]
+    return ADV_ESTIMATORS.lookup(name, flag=flag)

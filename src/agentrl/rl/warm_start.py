@@ -13,20 +13,32 @@ start cannot run that config (e.g. an environment without a scripted expert).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from agentrl.registry import Registry
+
 WarmStart = Callable[[Any], dict[str, Any]]
-_WARM_STARTS: dict[str, WarmStart] = {}
-_CHECKS: dict[str, Callable[[Any], None]] = {}
+
+
+@dataclass(frozen=True)
+class WarmStartSpec:
+    """A registered warm start: `fn(sess)` and its optional `check(cfg)` (module docstring)."""
+
+    name: str
+    fn: WarmStart
+    check: Callable[[Any], None] | None = None
+
+
+_WARM_STARTS: Registry[WarmStartSpec] = Registry(
+    "a registered warm start", hint="'sft' is registered by `import agentrl.sft` (the agentrl command does it)")
 
 
 def register_warm_start(name: str, fn: WarmStart, check: Callable[[Any], None] | None = None) -> None:
     """Make `RLConfig.warm_start = name` run `fn(sess)` before the first evaluation (module docstring)."""
     if not name or name == "none":
         raise ValueError(f"a warm start needs a name other than '' and 'none', got {name!r}")
-    _WARM_STARTS[name] = fn
-    if check is not None:
-        _CHECKS[name] = check
+    _WARM_STARTS.register(WarmStartSpec(name, fn, check))
 
 
 def warm_start_fn(name: str) -> WarmStart:
@@ -35,17 +47,13 @@ def warm_start_fn(name: str) -> WarmStart:
     Raises:
         ValueError: nothing registered under `name` (lists what is, and how to register "sft").
     """
-    if name not in _WARM_STARTS:
-        known = ", ".join(sorted(_WARM_STARTS)) or "none"
-        raise ValueError(f"--warm-start {name!r} is not a registered warm start (registered: {known}); "
-                         "'sft' is registered by `import agentrl.sft` (the agentrl command does it)")
-    return _WARM_STARTS[name]
+    return _WARM_STARTS.lookup(name, flag="--warm-start").fn
 
 
 def check_warm_start(cfg: Any) -> None:
     """Before a run: `cfg.warm_start` is "none", or registered and its check accepts `cfg` (ValueError if not)."""
     if cfg.warm_start == "none":
         return
-    warm_start_fn(cfg.warm_start)
-    if cfg.warm_start in _CHECKS:
-        _CHECKS[cfg.warm_start](cfg)
+    spec = _WARM_STARTS.lookup(cfg.warm_start, flag="--warm-start")
+    if spec.check is not None:
+        spec.check(cfg)

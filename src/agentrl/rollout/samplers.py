@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.registry import Registry
+
 
 @dataclass(frozen=True)
 class SamplerSpec:
@@ -38,23 +40,21 @@ def _fast(model: Any, tokenizer: Any, cfg: Any, max_batch: int, enable_thinking:
     return fast_sampler_for(model, tokenizer, cfg, max_batch=max_batch, enable_thinking=enable_thinking)
 
 
-SAMPLERS: dict[str, SamplerSpec] = {s.name: s for s in (
+SAMPLERS: Registry[SamplerSpec] = Registry("a sampler", (
     SamplerSpec("hf", "batched HF generate with the recording logits processor (any causal LM)", _hf),
     SamplerSpec("fast", "static KV cache + CUDA graphs, Qwen3/Qwen2/Llama (agentrl.rollout.fast_sampler)", _fast,
                 supports_lora=False),
-)}
+))
 
 
 def sampler_help() -> str:
     """The --sampler help text, one entry per registered sampler."""
-    return "Token sampler: " + "; ".join(f"{s.name} ({s.help})" for s in SAMPLERS.values()) + "."
+    return SAMPLERS.help("Token sampler", lambda s: f"{s.name} ({s.help})")
 
 
 def get_sampler(name: str, *, flag: str = "--sampler") -> SamplerSpec:
     """The registered SamplerSpec called `name`; ValueError naming `flag` and the registered names."""
-    if name not in SAMPLERS:
-        raise ValueError(f"{flag} {name!r} is not a sampler; expected one of {', '.join(SAMPLERS)}")
-    return SAMPLERS[name]
+    return SAMPLERS.lookup(name, flag=flag)
 
 
 def build_sampler(name: str, model: Any, tokenizer: Any, cfg: Any, *, max_batch: int,
