@@ -56,3 +56,13 @@ def build_synthetic(path, n_steps=6):
     return res
 
 
+def warm_start_record(n_steps=6):
+    """A warm_start section shaped like agentrl.sft.warm_start.sft_warm_start's (2 epochs x 3 steps)."""
+    steps = [{"step": i, "epoch": i // 3, "loss": 2.5 - 0.3 * i, "grad_norm": 1.0, "lr": 1e-3, "policy_tokens": 40,
+              "tokens": 300, "wall_clock_s": 0.5 * (i + 1)} for i in range(n_steps)]
+    return {"method": "sft", "settings": {"epochs": 2, "lr": 1e-3, "batch": 4, "micro": 4, "warmup_steps": 1,
+                                          "env": "edit-menu", "tasks": 12, "random_op": True,
+                                          "task_ids": [f"minmax-{i}" for i in range(12)]},
+            "data": {"trajectories": 12, "mean_reward": 0.25, "policy_tokens": 480, "tokens": 3600, "dropped": 0},
+            "nll_before": 2.71828, "nll_after": 0.91234, "losses": [s["loss"] for s in steps], "steps": steps,
+            "data_s": 4.0, "train_s": 3.0, "wall_clock_s": 9.5}

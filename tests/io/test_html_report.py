@@ -5,7 +5,7 @@ import shutil
 import subprocess
 
 import pytest
-from synthetic_results import build_synthetic
+from synthetic_results import build_synthetic, warm_start_record
 
 from agentrl.cli import main
 from agentrl.io.html import render_html
@@ -96,3 +96,32 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert panels == [("task0", ""), ("task1", ' style="display: none;"')]
     assert "Training episodes" in dom and "train7" in dom
     assert "group_size" in dom and "transformers" in dom and "rlimit" in dom
+
+
+def test_warm_start_section_only_when_the_run_had_one(tmp_path):
+    from agentrl.io.plots import plot_warm_start
+
+    plain = build_synthetic(tmp_path / "plain" / "results.json")
+    page = render_html(plain.data)
+    assert 'id="warm_start"' not in page and "Warm start" not in page
+    assert plot_warm_start(plain.data, tmp_path / "ws.png") is None and not (tmp_path / "ws.png").exists()
+
+    res = build_synthetic(tmp_path / "ws" / "results.json")
+    res.set("warm_start", warm_start_record())
+    res.write()
+    data = validate_results(tmp_path / "ws" / "results.json")  # the record is what the schema allows
+    assert main(["report", "--html", str(tmp_path / "ws")]) == 0
+    page = (tmp_path / "ws" / "report.html").read_text()
+    section = page[page.index('<section id="warm_start">'):]
+    section = section[: section.index("</section>")]
+    assert '<a href="#warm_start">Warm start</a>' in page
+    assert page.index('id="warm_start"') < page.index('id="eval"')  # it ran before the first evaluation
+    for words in ("2.7183 nats/token", "0.9123 nats/token", "after - before", "-1.8059", "data:image/png;base64,", "mean_reward",
+                  "policy tokens trained on per epoch", "warmup_steps", "12 task ids", "minmax-11",
+                  "per optimizer step (6)", "grad_norm"):
+        assert words in section, words
+    assert "(null:" not in section
+    assert (tmp_path / "ws" / "plots" / "warm_start.png").is_file()
+    assert plot_warm_start(data, tmp_path / "ws.png") == tmp_path / "ws.png"
+    del data["warm_start"]["steps"]  # older files: the losses list alone still draws the curve
+    assert plot_warm_start(data, tmp_path / "ws2.png") == tmp_path / "ws2.png"

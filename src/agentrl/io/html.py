@@ -1,8 +1,9 @@
 """`report.html`: one self-contained page per run (inline CSS and JS, plots as base64 PNG, no network).
 
 Not the plots themselves (agentrl.io.plots) or the transcript browser (agentrl.io.transcript_view).
-Sections: summary, held-out evaluation (curve with intervals, evaluations and paired differences,
-per family, per task), training curves, tool statistics (with what each means), transcripts, config,
+Sections: summary, warm start (when the run had one: its settings, data, loss curve, NLL before and
+after), held-out evaluation (curve with intervals, evaluations and paired differences, per family, per
+task), training curves, tool statistics (with what each means), transcripts, config,
 versions and sandbox.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.io.results import atomic_write_text
-from agentrl.io.schema import STEP_METRICS, dedupe_stats, stat_description
+from agentrl.io.schema import RESULTS_SCHEMA, STEP_METRICS, dedupe_stats, stat_description
 from agentrl.io.transcript_view import transcript_browser
 
 _CSS = """
@@ -116,6 +117,44 @@ def _summary(data: dict[str, Any]) -> str:
             f'<b>{_esc(cfg.get("tasks", "?"))}</b>, seed {_esc(data.get("seed", "?"))}, '
             f'{_esc(cfg.get("group_size", "?"))} episodes x {_esc(cfg.get("prompts_per_step", "?"))} prompts per step')
     return f'<section id="summary"><h2>Summary</h2><p>{what}</p><div class="cards">{body}</div>{err}</section>'
+
+
+def _warm_start_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
+    """The supervised warm start (results "warm_start"): NLL before -> after, its data, the loss curve, its
+    settings and per-step records; "" when the run had none."""
+    ws = data.get("warm_start")
+    if not isinstance(ws, dict):
+        return ""
+    spec = RESULTS_SCHEMA["properties"]["warm_start"]["properties"]
+    d, before, after = ws.get("data") or {}, ws.get("nll_before"), ws.get("nll_after")
+    change = after - before if all(isinstance(v, (int, float)) for v in (before, after)) else None
+    cards = [("method", ws.get("method", "?")), ("policy NLL before", _num(before, ".4f") + " nats/token"),
+             ("policy NLL after", _num(after, ".4f") + " nats/token"), ("after - before", _num(change, "+.4f")),
+             ("optimizer steps", len(ws.get("losses") or [])), ("wall clock", _num(ws.get("wall_clock_s"), ".1f") + " s")]
+    body = "".join(f'<div class="card">{_esc(k)}<b>{_esc(v)}</b></div>' for k, v in cards)
+    def what(field: dict[str, Any]) -> list[str]:  # the schema's words, less its note on nulls
+        return [str(field.get("description", "")).split(" (null:")[0], field.get("unit", "")]
+
+    dspec = spec["data"]["properties"]
+    data_rows = [[k, _num(v, ".4g") if isinstance(v, float) else v, *what(dspec.get(k, {}))] for k, v in d.items()]
+    data_rows += [[k, _num(ws.get(k), ".1f"), *what(spec[k])] for k in ("data_s", "train_s", "wall_clock_s") if k in ws]
+    settings = {k: v for k, v in (ws.get("settings") or {}).items() if k != "task_ids"}
+    ids = (ws.get("settings") or {}).get("task_ids") or []
+    steps = [s for s in ws.get("steps") or [] if isinstance(s, dict)]
+    cols = [c for c in ("step", "epoch", "loss", "grad_norm", "lr", "policy_tokens", "tokens", "wall_clock_s")
+            if any(c in s for s in steps)]
+    return ('<section id="warm_start"><h2>Warm start</h2><p>Supervised fine-tuning before the first held-out '
+            "evaluation; the NLL is the token-mean negative log-likelihood of the warm-start episodes' policy "
+            f'tokens, over all of them.</p><div class="cards">{body}</div>{imgs.get("warm_start.png", "")}'
+            "<div class='grid2'><div><h3>Data and time</h3>"
+            + _table(["field", "value", "what it is", "unit"], data_rows) + "</div><div><h3>Settings</h3>"
+            + _table(["setting", "value"], [[k, repr(v)] for k, v in sorted(settings.items())], numeric=False)
+            + (f"<details><summary>{len(ids)} task ids</summary><p>{_esc(', '.join(map(str, ids)))}</p></details>"
+               if ids else "") + "</div></div>"
+            + (f"<details><summary>per optimizer step ({len(steps)})</summary>"
+               + _table(cols, [[_num(s.get(c), ".4g") if isinstance(s.get(c), float) else s.get(c, "n/a")
+                                for c in cols] for s in steps]) + "</details>" if steps else "")
+            + "</section>")
 
 
 def _family_of(data: dict[str, Any], task: dict[str, Any]) -> str:
@@ -230,11 +269,12 @@ def render_html(data: dict[str, Any], *, title: str | None = None, plots: list[P
     cfg = data.get("config") or {}
     title = title or f"agentrl run: {cfg.get('out') or 'results'}"
     imgs = _plots(data, plots)
-    sections = [_summary(data), _eval_section(data, imgs), _training_section(data, imgs), _tools_section(data, imgs),
+    sections = [_summary(data), _warm_start_section(data, imgs), _eval_section(data, imgs), _training_section(data, imgs), _tools_section(data, imgs),
                 '<section id="transcripts"><h2>Transcripts</h2>' + transcript_browser(data.get("transcripts") or [])
                 + "</section>", _config_section(data)]
-    nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in (("summary", "Summary"), ("eval", "Evaluation"),
-                  ("training", "Training"), ("tools", "Tools"), ("transcripts", "Transcripts"), ("config", "Config")))
+    links = (("summary", "Summary"), ("warm_start", "Warm start"), ("eval", "Evaluation"), ("training", "Training"),
+             ("tools", "Tools"), ("transcripts", "Transcripts"), ("config", "Config"))
+    nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in links if k != "warm_start" or sections[1])
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
             "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"

@@ -6,6 +6,7 @@ into one folder (`<out>/plots/`, for `agentrl train` and `agentrl report` alike)
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from pathlib import Path
@@ -260,8 +261,37 @@ def plot_tool_stats(results: dict[str, Any], path: Path, before: str = "before",
     return _save(fig, path, "tool statistics, held-out tasks")
 
 
+def plot_warm_start(results: dict[str, Any], path: Path) -> Path | None:
+    """The supervised warm start's loss (token-mean NLL of each optimizer step's batch, nats / token) per
+    SFT step, epochs marked, with the NLL over all its episodes before and after as dashed lines (the
+    same quantity, so the curve should fall from the first towards the second). None without warm_start."""
+    ws = results.get("warm_start") or {}
+    steps = [s for s in ws.get("steps") or [] if isinstance(s, dict)]
+    x, y = _series(steps, "loss")
+    if not x and ws.get("losses"):  # a file with the losses list only
+        x, y = [i for i, v in enumerate(ws["losses"]) if _finite(v)], [float(v) for v in ws["losses"] if _finite(v)]
+    if not x:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(x, y, marker="o", markersize=3, color="#2ca02c", label="step loss (its batch)")
+    for key, color, label in (("nll_before", BEFORE_COLOR, "NLL before (all episodes)"),
+                              ("nll_after", AFTER_COLOR, "NLL after (all episodes)")):
+        if _finite(ws.get(key)):
+            ax.axhline(ws[key], linestyle="--", color=color, label=f"{label}: {ws[key]:.3f}")
+    starts = [s["step"] for a, s in itertools.pairwise(steps) if s.get("epoch") != a.get("epoch") and _finite(s.get("step"))]
+    for st in starts:
+        ax.axvline(st - 0.5, color="#d1d5db", linewidth=1)
+    ax.set_ylim(0, max([*y, *(ws[k] for k in ("nll_before", "nll_after") if _finite(ws.get(k)))]) * 1.1)
+    _style(ax, title=f"{ws.get('method', 'warm start')}: token-mean NLL of the policy tokens"
+           + (" (grey lines: epoch starts)" if starts else ""), xlabel="optimizer step", ylabel="nats / token")
+    ax.legend(fontsize=8)
+    return _save(fig, path, "warm start")
+
+
 PLOTS = {"train_reward.png": plot_train_reward, "eval_curve.png": plot_eval_curve,
-         "entropy.png": plot_entropy, "update.png": plot_update, "tool_stats.png": plot_tool_stats}
+         "entropy.png": plot_entropy, "update.png": plot_update, "tool_stats.png": plot_tool_stats,
+         "warm_start.png": plot_warm_start}
 
 
 def plots_dir(run_dir: str | os.PathLike) -> Path:
