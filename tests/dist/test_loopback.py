@@ -84,20 +84,28 @@ def test_user_set_interface_is_kept():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net")
-def test_worker_pool_listens_on_loopback_only(tmp_path, monkeypatch):
+@pytest.mark.parametrize("launcher", ["process", "ray"])
+def test_worker_pool_listens_on_loopback_only(tmp_path, monkeypatch, launcher):
     from agentrl.dist.workers import WorkerPool
 
+    if launcher == "ray":
+        ray = pytest.importorskip("ray")
     for k in SOCKET_IFNAME_VARS:
         monkeypatch.delenv(k, raising=False)  # what the pool picks itself, not what the test runner set
-    pool = WorkerPool.start(RLConfig(**TINY, out=str(tmp_path / "run")), 1, "cpu", timeout_s=300)
+    pool = WorkerPool.start(RLConfig(**TINY, worker_launcher=launcher, out=str(tmp_path / "run")), 1, "cpu",
+                            timeout_s=300)
     try:
-        pids = [os.getpid(), *(p.pid for p in pool.procs)]
+        pids = [os.getpid(), *pool.pids]
         assert pool.checksums()  # the group works: the listeners below carry it
         socks = listening_sockets(pids)
-        worker_env = Path(f"/proc/{pool.procs[0].pid}/environ").read_bytes().split(b"\0")
+        worker_env = Path(f"/proc/{pool.pids[0]}/environ").read_bytes().split(b"\0")
     finally:
         pool.close()
+        if launcher == "ray":
+            ray.shutdown()
     assert {pid for pid, _, _ in socks} == set(pids), socks  # gloo's pair listeners, one side each at least
     assert all(_is_loopback(addr) for _, addr, _ in socks), socks
+    # a spawned worker inherits it; a Ray actor gets it through runtime_env (and a local cluster that the
+    # pool started inherits it from the driver)
     assert f"GLOO_SOCKET_IFNAME={loopback_ifname()}".encode() in worker_env
     assert not any(k in os.environ for k in SOCKET_IFNAME_VARS)  # the trainer's environment is restored

@@ -25,6 +25,7 @@ import ctypes
 import datetime as _dt
 import logging
 import multiprocessing as mp
+import os
 import shutil
 import signal
 import tempfile
@@ -152,7 +153,7 @@ def worker_main(cfg: RLConfig, rank: int, world: int, init_method: str, backend:
     ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     try:
         with open_rank_session(RunSession, cfg, name=f"worker{rank}") as sess:
-            dist.gather_object({"ready": rank, "device": sess.device}, None, dst=0, group=ctrl)
+            dist.gather_object({"ready": rank, "device": sess.device, "pid": os.getpid()}, None, dst=0, group=ctrl)
             WorkerLoop(sess, rank, device if backend == "nccl" else "cpu", ctrl).run()
     finally:
         dist.destroy_process_group()
@@ -205,6 +206,7 @@ class WorkerPool:
         self.version: int | None = None
         self.actors: list[tuple[Any, Any]] = []  # (Ray actor, its serve() ref) with worker_launcher "ray"
         self.launcher = "process"
+        self.pids: list[int] = []  # each worker's process id (on this host for both launchers: FileStore)
         self._closed = False
 
     @property
@@ -244,7 +246,7 @@ class WorkerPool:
                  ", ".join(str(r["ready"]) for r in ready[1:]), ", ".join(r["device"] for r in ready[1:]),
                  "Ray actors" if actors else "processes", backend)
         pool = cls(procs, ctrl, backend, comm_device, tmp, [r["device"] for r in ready[1:]])
-        pool.actors, pool.launcher = actors, cfg.worker_launcher
+        pool.actors, pool.launcher, pool.pids = actors, cfg.worker_launcher, [r["pid"] for r in ready[1:]]
         return pool
 
     def _command(self, cmd: dict) -> list[Any]:
