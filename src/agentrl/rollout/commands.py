@@ -41,7 +41,7 @@ class SmokeConfig:
     gen_batch: int = 8
     max_context_tokens: int = 4096
     dtype: str = "fp32"
-    device: str = "cpu"
+    device: str = "auto"
     allow_download: bool = False
     show: int = 2
     seed: int = 0
