@@ -175,8 +175,15 @@ def target(tid: str, figure: str, value: Any, op: str, threshold: float) -> dict
             "ratio": value / threshold if num and threshold else None, "status": verdict(value, op, threshold)}
 
 
+def fmt_num(v: Any) -> str:
+    """'-' for None, whole numbers from 1000 up, else 3 significant digits."""
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
 def target_text(t: dict[str, Any]) -> str:
     """'target <target>: <figure> = <value> (<op> <threshold>: <status>, ratio <ratio>)'."""
-    v = "-" if t["value"] is None else f"{t['value']:.3g}"
+    v = fmt_num(t["value"])
     ratio = "" if t["ratio"] is None else f", ratio {t['ratio']:.2f}"
-    return f"target {t['target']}: {t['figure']} = {v} ({t['op']} {t['threshold']:.4g}: {t['status']}{ratio})"
+    return f"target {t['target']}: {t['figure']} = {v} ({t['op']} {t['threshold']:.6g}: {t['status']}{ratio})"

@@ -184,7 +184,7 @@ def run_env(args, env_name: str, dtype: str, model_path: str, workdir: Path, tab
                       step_s=m["time/step_s"], mean_reward=m["reward_mean"], policy_tokens=int(m["policy_tokens"]),
                       peak_gib=max(gen, upd), gen_peak_gib=gen, upd_peak_gib=upd,
                       upd_start_gib=seen.get("start", 0) / 2**30, kv_cache_gib=cache_gib(real),
-                      peak_phase="update" if upd >= gen else "generate")
+                      peak_phase=("update" if upd >= gen else "generate") if torch.cuda.is_available() else "cpu")
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
 
 

@@ -79,11 +79,13 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
     return TrainBatch(ids, am, pm, old.float(), adv, rewards)
 
 
-def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0) -> dict:
+def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, compiled: bool = False) -> dict:
     free(args.device)
     model = make_model(args.config, dtype, args.device, tiny=args.tiny)
     if gc != "off":
         update.enable_gradient_checkpointing(model)
+    if compiled:
+        update.compile_decoder_layers(model)
     model.train()
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
     cfg = RLConfig(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
@@ -95,7 +97,7 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0) ->
     update.policy_logprobs = naive_logprobs if method == "naive" else policy_logprobs
     runs, static = [], []
     try:
-        update.minibatch_step(model, opt, batch, cfg)  # warm-up: optimizer state, kernels
+        warm_s = update.minibatch_step(model, opt, batch, cfg)["update_s"]  # warm-up: optimizer state, kernels, compile
         for _ in range(args.repeats):
             free(args.device)
             static.append(torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0)
@@ -108,7 +110,7 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0) ->
             "all_tok_s": statistics.median(float(batch.attention_mask.sum()) / r["update_s"] for r in runs),
             "peak_gib": peak / 2**30, "above_gib": (peak - max(static)) / 2**30,
             "policy_tokens": int(batch.num_policy_tokens), "tokens": int(batch.attention_mask.sum()),
-            "loss": runs[-1]["loss"]}
+            "loss": runs[-1]["loss"], "warm_s": warm_s}
 
 
 def check_naive(args) -> str:
@@ -136,10 +138,11 @@ def check_naive(args) -> str:
             f"{float((pk - pd)[m].abs().max()):.2e}; varlen flash attention used: {varlen and args.device != 'cpu'}")
 
 
-COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("micro_tok", "d"), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),
+COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("micro_tok", "d"), ("compiled", ""), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),
            ("packed_all_tok_s", ".0f"), ("padded_all_tok_s", ".0f"), ("naive_all_tok_s", ".0f"),
            ("speed_ratio", ".2f"), ("packed_peak_gib", ".2f"), ("naive_peak_gib", ".2f"),
-           ("packed_above_gib", ".2f"), ("padded_above_gib", ".2f"), ("naive_above_gib", ".2f"), ("mem_ratio", ".3f")]
+           ("packed_above_gib", ".2f"), ("padded_above_gib", ".2f"), ("naive_above_gib", ".2f"), ("mem_ratio", ".3f"),
+           ("warm_s", ".1f")]
 
 
 def run_row(args, dtype: str, gc: str) -> dict:
@@ -163,16 +166,26 @@ def run_row(args, dtype: str, gc: str) -> dict:
     return row
 
 
-def token_row(args, spec: str, naive: dict) -> dict:
-    """A packed-only row with token-budget microbatches: `spec` = "dtype:gc:budget" (e.g. bf16:off:32768);
-    speed and memory ratios against the naive run of the same (dtype, gc) in `naive` when it ran."""
-    dtype, gc, budget = spec.split(":")
-    dtype = dtype_arg(dtype)
-    row: dict = {"dtype": dtype, "grad_ckpt": gc, "micro_tok": int(budget), "rows": args.rows}
+def parse_extra(spec: str) -> tuple[str, str, int, bool]:
+    """DTYPE:GC:MICRO_TOKENS[:compile] -> (dtype, gc, micro_tokens, compiled). Raises ValueError."""
+    parts = spec.split(":")
+    if not 3 <= len(parts) <= 4 or parts[1] not in ("off", "on") or not parts[2].isdigit() or parts[3:] not in (
+            [], ["compile"]):
+        raise ValueError(f"--extra-rows {spec!r}: expected DTYPE:off|on:MICRO_TOKENS[:compile], e.g. bf16:off:32768")
+    return dtype_arg(parts[0]), parts[1], int(parts[2]), len(parts) == 4
+
+
+def extra_row(args, spec: str, naive: dict) -> dict:
+    """A packed-only row (`spec` as parse_extra: token-budget microbatches, RLConfig.micro_tokens, 0 = --micro
+    rows; `compile`: agentrl.rl.update.compile_decoder_layers, warm_s then includes the compile); speed and
+    memory ratios against the naive run of the same (dtype, gc) in `naive` when it ran."""
+    dtype, gc, budget, compiled = parse_extra(spec)
+    row: dict = {"dtype": dtype, "grad_ckpt": gc, "micro_tok": budget, "compiled": "yes" if compiled else "",
+                 "rows": args.rows, "extra": spec}
     try:
-        r = run_config(args, dtype, gc, "packed", micro_tokens=int(budget))
+        r = run_config(args, dtype, gc, "packed", micro_tokens=budget, compiled=compiled)
         row.update(tokens=r["tokens"], policy_tok=r["policy_tokens"], packed_all_tok_s=r["all_tok_s"],
-                   packed_peak_gib=r["peak_gib"], packed_above_gib=r["above_gib"])
+                   packed_peak_gib=r["peak_gib"], packed_above_gib=r["above_gib"], warm_s=r["warm_s"])
         if (dtype, gc) in naive:
             n = naive[(dtype, gc)]
             row.update(naive_all_tok_s=n["naive_all_tok_s"], speed_ratio=r["all_tok_s"] / n["naive_all_tok_s"])
@@ -188,14 +201,14 @@ def token_row(args, spec: str, naive: dict) -> dict:
 def targets(rows: list[dict]) -> list[dict]:
     """Issue 15 target 5 from the table: speed (bf16, checkpointing off, --micro rows; and the fastest
     token-budget row) and memory above static (every dtype x checkpointing row)."""
-    main = {(r["dtype"], r["grad_ckpt"]): r for r in rows if not r.get("micro_tok")}
+    main = {(r["dtype"], r["grad_ckpt"]): r for r in rows if "extra" not in r and not r.get("micro_tok")}
     b = main.get(("bf16", "off"), {})
     out = [target("5", "update tokens/s packed / full logits, bf16", b.get("speed_ratio"), ">=", 1.5),
            target("5", "update tokens/s packed, bf16", b.get("packed_all_tok_s"), ">=", 70000)]
-    tok = [r for r in rows if r.get("micro_tok") and isinstance(r.get("packed_all_tok_s"), float)]
+    tok = [r for r in rows if "extra" in r and r["dtype"] == "bf16" and isinstance(r.get("packed_all_tok_s"), float)]
     if tok:
         best = max(tok, key=lambda r: r["packed_all_tok_s"])
-        tag = f"{best['dtype']} ckpt {best['grad_ckpt']}, micro_tokens {best['micro_tok']}"
+        tag = f"fastest extra row: {best['extra']}"
         out += [target("5", f"update tokens/s packed / full logits, {tag}", best.get("speed_ratio"), ">=", 1.5),
                 target("5", f"update tokens/s packed, {tag}", best["packed_all_tok_s"], ">=", 70000)]
     for dtype, gc in dict.fromkeys([("bf16", "off"), ("bf16", "on"), ("fp32", "off"), ("fp32", "on"), *main]):
@@ -221,17 +234,18 @@ def main() -> int:
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], type=dtype_arg)
     p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
     p.add_argument("--methods", nargs="+", default=["packed", "padded", "naive"], choices=["packed", "padded", "naive"])
-    p.add_argument("--token-rows", dest="token_rows", nargs="*", default=[],
-                   help="extra packed rows with token-budget microbatches (RLConfig.micro_tokens), each "
-                        "DTYPE:GC:BUDGET, e.g. bf16:off:32768 (run after the main rows)")
+    p.add_argument("--extra-rows", dest="extra_rows", nargs="*", default=[],
+                   help="packed-only rows after the main ones, each DTYPE:GC:MICRO_TOKENS[:compile]: token-budget "
+                        "microbatches (RLConfig.micro_tokens; 0 = --micro rows), `compile` = decoder layers "
+                        "compiled (agentrl.rl.update.compile_decoder_layers), e.g. bf16:off:32768 bf16:off:0:compile")
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:
         p.error("--rows must be a multiple of --group, and --prompt < 3/4 --length")
-    for spec in args.token_rows:
-        parts = spec.split(":")
-        if len(parts) != 3 or parts[1] not in ("off", "on") or not parts[2].isdigit() or int(parts[2]) < 1:
-            p.error(f"--token-rows {spec!r}: expected DTYPE:off|on:BUDGET, e.g. bf16:off:32768")
-        dtype_arg(parts[0])
+    for spec in args.extra_rows:
+        try:
+            parse_extra(spec)
+        except (ValueError, argparse.ArgumentTypeError) as e:
+            p.error(str(e))
     meta = device_meta(args.device) | {"micro": args.micro, "minibatches": args.minibatches, "length": args.length}
     table = Table("bench_update", COLUMNS, meta)
     table.note(check_naive(args))
@@ -242,8 +256,8 @@ def main() -> int:
             table.add(**row)
             if isinstance(row.get("naive_all_tok_s"), float):
                 naive[(dtype, gc)] = row
-    for spec in args.token_rows:
-        table.add(**token_row(args, spec, naive))
+    for spec in args.extra_rows:
+        table.add(**extra_row(args, spec, naive))
     for t in targets(table.rows):
         table.note(target_text(t))
     table.note("all_tok_s: all real tokens (prompt + completion, what the trunk runs) / update wall s "

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import fmt_num  # noqa: E402 - bench/ is on the path only from here
 
 PARTS = (("rollout", "bench_rollout"), ("ragged", "bench_ragged"), ("update", "bench_update"),
          ("reuse", "bench_reuse"), ("step", "bench_step"))
@@ -54,11 +55,8 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
 
 
 def render(figures: list[dict], problems: list[str]) -> str:
-    def num(v):
-        return "-" if v is None else f"{v:.3g}"
-
     head = ("target", "figure", "value", "threshold", "ratio", "status")
-    body = [(t["target"], t["figure"], num(t["value"]), f"{t['op']} {t['threshold']:.4g}", num(t["ratio"]), t["status"])
+    body = [(t["target"], t["figure"], fmt_num(t["value"]), f"{t['op']} {t['threshold']:.6g}", fmt_num(t["ratio"]), t["status"])
             for t in figures]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]

@@ -5,7 +5,8 @@
 #            decode-only fraction of the bandwidth bound (target 1)
 #   ragged   bench_ragged.py:  rows stopping at ragged lengths (compaction) vs a batch kept full (target 4)
 #   update   bench_update.py:  packed vs full-logits GRPO update, bf16 and fp32, checkpointing off and on, then
-#            packed rows with token-budget microbatches (RLConfig.micro_tokens) (target 5)
+#            packed rows with token-budget microbatches (RLConfig.micro_tokens), the last one with the decoder
+#            layers compiled (compile_decoder_layers; cut at the part's limit if the compile is slow) (target 5)
 #   reuse    bench_reuse.py:   G=8 groups (shared prefill) and 6-turn episodes (kept KV) (targets 2, 3)
 #   step     bench_step.py:    2 full coding-tools train steps (8 prompts x 8, fast sampler, micro 4) in bf16, then
 #            2 in fp32, with the generate / update memory peaks (targets 6, 7)
@@ -72,18 +73,18 @@ if [ -n "${SMOKE:-}" ]; then
   part rollout 300 bench_rollout --batches 3 5 --hf-batches 5 --ctx 40 --steps 6 --repeats 1
   part ragged 300 bench_ragged --batch 6 --ctx 40 --max-new 12 --repeats 1
   part update 600 bench_update --micro 4 --dtypes bf16 fp32 --gc off on --methods packed naive --rows 8 --group 4 \
-    --length 64 --prompt 16 --segment 8 --token-rows bf16:off:200
+    --length 64 --prompt 16 --segment 8 --extra-rows bf16:off:200 fp32:off:0:compile
   part reuse 300 bench_reuse --prompts 2 --group 3 --ctx 48 --steps 4 --episodes 3 --turns 3 --turn-tokens 4 --obs-max 40
   part step 900 bench_step --envs coding-tools --dtypes bf16 fp32 --steps 1 --micro 2 --prompts 2 --group 3
 else
   DEVICE_ARGS=(--device cuda)
   # limits from the H200 runs of 2026-12-01 (results/bench/issue15_h200_2026-12-01): update 4 rows x 3 methods
-  # ~175 s (here 2 methods + 2 token-budget rows), reuse ~75 s, 3 coding-tools steps ~90 s incl. capture;
+  # ~175 s (here 2 methods + 3 extra rows), reuse ~75 s, 3 coding-tools steps ~90 s incl. capture;
   # rollout at 128 steps (plain generate at batch 128 only) and ragged are estimates (no H200 run yet)
   part rollout 75 bench_rollout --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1
   part ragged 50 bench_ragged --batch 128 --max-new 256 --repeats 2
   part update 150 bench_update --micro 8 --dtypes bf16 fp32 --gc off on --methods packed naive \
-    --token-rows bf16:off:16384 bf16:off:32768
+    --extra-rows bf16:off:16384 bf16:off:32768 bf16:off:32768:compile
   part reuse 85 bench_reuse
   part step 130 bench_step --envs coding-tools --dtypes bf16 fp32 --steps 2 --micro 4
 fi

@@ -226,3 +226,35 @@ def enable_gradient_checkpointing(model: nn.Module) -> None:
     else:
         raise ValueError(f"enable_gradient_checkpointing: {type(model).__name__} supports no activation checkpointing")
     model.train()
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of an HF causal LM (plain or wrapped by peft): `get_decoder().layers`.
+
+    Raises: ValueError if the model has none (not a decoder-only HF model).
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else getattr(base, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise ValueError(f"decoder_layers: {type(model).__name__} has no decoder layers (get_decoder().layers)")
+    return list(layers)
+
+
+def compile_decoder_layers(model: nn.Module, *, dynamic: bool = True, mode: str | None = None) -> int:
+    """torch.compile every decoder layer's forward in place (`nn.Module.compile`: the module, its parameters
+    and its hooks stay as they are; gradient checkpointing and peft keep working). Inductor fuses each layer's
+    element-wise work (RMSNorm, RoPE, SiLU-gating, residual adds) around the matmuls and attention.
+
+    dynamic=True (default) traces the token count symbolically, so packed microbatches of any length reuse one
+    graph instead of recompiling per length. The first forward/backward pays the compile (tens of seconds on
+    a GPU); the values equal the eager ones up to float rounding (tested: fp32, 1e-5). Note: only the layers'
+    own forward is compiled; agentrl's FastSampler calls their submodules directly and is unaffected, while
+    HF `generate` (the `hf` sampler) would run the compiled layers on its own shapes.
+
+    Returns: the number of layers compiled. Raises: ValueError as decoder_layers.
+    """
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile(dynamic=dynamic, mode=mode)
+    return len(layers)
