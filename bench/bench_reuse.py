@@ -99,7 +99,8 @@ def bench_turns(model, args, table: Table) -> None:
             new += sum(len(o) + 1 for o in obs)  # the sampled turn's last token was never fed
             ctx = [c + list(x.ids) + o for c, x, o in zip(ctx, samples, obs, strict=True)]
         res[mode] = {"wall": wall, "prefill": prefill, "new": new}
-        table.add(part="turns", mode=mode, rows=len(ctx), turns=args.turns, prefill_tokens=int(prefill), new_tokens=new, wall_s=wall,
+        table.add(part="turns", mode=mode, rows=len(ctx), turns=args.turns, prefill_tokens=int(prefill),
+                  new_tokens=new, wall_s=wall,
                   tok_s=tokens / wall, peak_gib=peak_gib(args.device))
         if mode == "kept":
             for t in targets(table.rows, "turns"):

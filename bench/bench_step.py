@@ -163,7 +163,8 @@ def run_env(args, env_name: str, dtype: str, model_path: str, workdir: Path, tab
 
     cfg = RLConfig(model=model_path, env=env_name, dtype=dtype,
                    device=args.device, prompts_per_step=args.prompts, group_size=args.group, micro=args.micro,
-                   gen_batch=args.gen_batch, steps=args.steps, out=str(workdir / f"{env_name}_{dtype}"), seed=args.seed)
+                   micro_tokens=args.micro_tokens, gen_batch=args.gen_batch, steps=args.steps,
+                   out=str(workdir / f"{env_name}_{dtype}"), seed=args.seed)
     with RunSession.open(cfg) as sess:
         eot = sess.tokenizer.convert_tokens_to_ids("<|im_end|>")
         sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch)
@@ -230,13 +231,15 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--micro", type=int, default=4)
+    p.add_argument("--micro-tokens", dest="micro_tokens", type=int, default=0,
+                   help="RLConfig.micro_tokens: token-budget microbatches (0 = --micro rows)")
     p.add_argument("--gen-batch", dest="gen_batch", type=int, default=16, help="rows per generate call (--sampler hf)")
     p.add_argument("--sampler", choices=["fast", "hf"], default="fast")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=2, help="train steps per setting (step 0 includes graph capture)")
     args = p.parse_args()
     meta = device_meta(args.device) | {"sampler": args.sampler, "prompts": args.prompts, "group": args.group,
-                                      "micro": args.micro}
+                                      "micro": args.micro, "micro_tokens": args.micro_tokens}
     table = Table("bench_step", COLUMNS, meta)
     if ENVS_ERROR:
         table.note(ENVS_ERROR)

@@ -138,7 +138,8 @@ def check_naive(args) -> str:
             f"{float((pk - pd)[m].abs().max()):.2e}; varlen flash attention used: {varlen and args.device != 'cpu'}")
 
 
-COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("micro_tok", "d"), ("compiled", ""), ("rows", "d"), ("tokens", "d"), ("policy_tok", "d"),
+COLUMNS = [("dtype", ""), ("grad_ckpt", ""), ("micro_tok", "d"), ("compiled", ""), ("rows", "d"), ("tokens", "d"),
+           ("policy_tok", "d"),
            ("packed_all_tok_s", ".0f"), ("padded_all_tok_s", ".0f"), ("naive_all_tok_s", ".0f"),
            ("speed_ratio", ".2f"), ("packed_peak_gib", ".2f"), ("naive_peak_gib", ".2f"),
            ("packed_above_gib", ".2f"), ("padded_above_gib", ".2f"), ("naive_above_gib", ".2f"), ("mem_ratio", ".3f"),

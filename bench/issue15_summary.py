@@ -56,8 +56,8 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
 
 def render(figures: list[dict], problems: list[str]) -> str:
     head = ("target", "figure", "value", "threshold", "ratio", "status")
-    body = [(t["target"], t["figure"], fmt_num(t["value"]), f"{t['op']} {t['threshold']:.6g}", fmt_num(t["ratio"]), t["status"])
-            for t in figures]
+    body = [(t["target"], t["figure"], fmt_num(t["value"]), f"{t['op']} {t['threshold']:.6g}", fmt_num(t["ratio"]),
+             t["status"]) for t in figures]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]
     lines.insert(1, "-|-".join("-" * w for w in widths))

@@ -21,7 +21,9 @@
 # Environment: PYTHON (default python3), CONFIG (Qwen3-0.6B config.json or its folder; default: shared/assets
 # beside the checkout), WHEELS (a folder of wheels to install first into a temporary site folder, e.g. the
 # jsonschema wheels the GPU image lacks: jsonschema, jsonschema-specifications, referencing, rpds-py),
-# DEADLINE_S (default 510, see above), SMOKE=1 (the same parts on the CPU with --tiny and small sizes, no
+# DEADLINE_S (default 510, see above), PARTS (e.g. "update step": only those parts, the others' files in OUT_DIR
+# are left as they are and the summary reads them all), EXTRA_LIMIT_S (seconds added to every part's own limit,
+# e.g. with PARTS; the deadline still applies), SMOKE=1 (the same parts on the CPU with --tiny and small sizes, no
 # deadline: checks the script, measures nothing; ~6 minutes on 2 shared cores).
 set -uo pipefail
 START=$(date +%s)
@@ -32,7 +34,7 @@ cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 LOG="$ROOT/log.txt"
-: > "$LOG"
+if [ -n "${PARTS:-}" ]; then echo "=== PARTS=$PARTS $(date -u) ===" >> "$LOG"; else : > "$LOG"; fi
 CONFIG_ARGS=()
 if [ -n "${CONFIG:-}" ]; then CONFIG_ARGS=(--config "$CONFIG"); fi
 if [ -n "${WHEELS:-}" ]; then
@@ -50,8 +52,9 @@ print("torch", torch.__version__, "transformers", transformers.__version__, "cud
 fi
 rc=0
 part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py on cuda, its table as $ROOT/NAME.{txt,json}
-  local name=$1 limit=$2 script=$3 tmp status
+  local name=$1 limit=$(($2 + ${EXTRA_LIMIT_S:-0})) script=$3 tmp status
   shift 3
+  if [ -n "${PARTS:-}" ] && [[ " $PARTS " != *" $name "* ]]; then return; fi
   if [ -z "${SMOKE:-}" ]; then  # keep 15 s for the summary after the last part
     local left=$((DEADLINE - 15 - $(date +%s)))
     if [ "$left" -lt "$limit" ]; then limit=$left; fi

@@ -77,7 +77,8 @@ def test_microbatch_rows_token_budget_keeps_order_and_budget():
     assert torch.equal(torch.cat(parts), active)  # every trained row once, in order
     assert [p.tolist() for p in microbatch_rows(active, tokens, micro=2, micro_tokens=0)] == [[0, 2], [3, 5], [6, 7]]
     # a row over the budget runs alone; a budget over everything gives one microbatch
-    assert [p.tolist() for p in microbatch_rows(active, tokens, micro=1, micro_tokens=3)] == [[r] for r in active.tolist()]
+    alone = microbatch_rows(active, tokens, micro=1, micro_tokens=3)
+    assert [p.tolist() for p in alone] == [[r] for r in active.tolist()]
     assert [p.tolist() for p in microbatch_rows(active, tokens, micro=1, micro_tokens=10**6)] == [active.tolist()]
     assert microbatch_rows(torch.tensor([], dtype=torch.long), tokens, micro=2, micro_tokens=9) == []
     with pytest.raises(ValueError, match="micro_tokens"):

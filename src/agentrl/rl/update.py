@@ -62,7 +62,8 @@ def accumulate_gradients(
 
     Args:
         batch: the minibatch (any N rows).
-        cfg: needs micro (micro_tokens, default 0: token-budget microbatches instead, see microbatch_rows), clip_low, clip_high, kl_coef, temperature, top_k, top_p, logprob_chunk_rows; pack_rows
+        cfg: needs micro (micro_tokens, default 0: token-budget microbatches instead, see microbatch_rows),
+            clip_low, clip_high, kl_coef, temperature, top_k, top_p, logprob_chunk_rows; pack_rows
             (default True: padding-free trunk where agentrl.rl.packing.packable allows, else the padded forward).
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
         ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
