@@ -85,8 +85,8 @@ else
   # ~175 s (here 2 methods + 3 extra rows), reuse ~75 s, 3 coding-tools steps ~90 s incl. capture;
   # rollout at 128 steps (plain generate at batch 128 only) and ragged are estimates (no H200 run yet)
   part rollout 70 bench_rollout --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1
-  part ragged 55 bench_ragged --batch 128 --max-new 256 --repeats 1
-  part update 150 bench_update --micro 8 --dtypes bf16 fp32 --gc off on --methods packed naive \
+  part ragged 60 bench_ragged --batch 128 --max-new 256 --repeats 1
+  part update 145 bench_update --micro 8 --dtypes bf16 fp32 --gc off on --methods packed naive \
     --extra-rows bf16:off:16384 bf16:off:32768 bf16:off:32768:compile
   part reuse 85 bench_reuse
   part step 130 bench_step --envs coding-tools --dtypes bf16 fp32 --steps 2 --micro 4

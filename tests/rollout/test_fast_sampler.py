@@ -134,6 +134,29 @@ def test_bad_input_and_unsupported_models(policy):
         FastSampler(model, stop_ids=(EOT,), pad_id=0, use_cuda_graphs=True)
 
 
+def test_finer_compaction_buckets_change_no_token_or_logprob(policy):
+    """bucket_sizes: live rows compacted into more, smaller buckets; greedy tokens equal the default buckets'
+    and the reference sampler's, sampled log-probs equal a plain forward's."""
+    model, tok = policy
+    ctx = contexts(tok, 10)
+    budgets = [1, 3, 14, 5, 9, 2, 14, 7, 11, 4]
+    kw = dict(stop_ids=(EOT,), pad_id=tok.pad_token_id, max_batch=10, check_every=2, length_multiple=16)
+    greedy = SamplingConfig(max_new_tokens=14, top_k=1)
+    fine = FastSampler(model, cfg=greedy, bucket_sizes=(1, 2, 3, 4, 6, 8), **kw)
+    assert fine._buckets(10) == [1, 2, 3, 4, 6, 8, 10]
+    coarse = FastSampler(model, cfg=greedy, **kw)(ctx, budgets)
+    ref = sample_turns(model, ctx, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=greedy, max_new_tokens=budgets)
+    assert [s.ids for s in fine(ctx, budgets)] == [s.ids for s in coarse] == [s.ids for s in ref]
+    torch.manual_seed(0)
+    samples = FastSampler(model, bucket_sizes=(2, 3, 5), **kw)(ctx, budgets)
+    assert [len(s.ids) for s in samples] == budgets
+    for c, s in zip(ctx, samples, strict=True):
+        lp = torch.log_softmax(forward_logits(model, c, s.ids), -1).gather(1, torch.tensor(s.ids)[:, None])[:, 0]
+        assert (lp - torch.tensor(s.logprobs)).abs().max().item() < 1e-4
+    with pytest.raises(ValueError, match="bucket_sizes"):
+        FastSampler(model, bucket_sizes=(0, 8), **kw)
+
+
 def test_plugs_into_run_episodes(policy):
     from test_driver import EchoEnv, check_invariants, task
 

@@ -24,6 +24,7 @@ from agentrl.rollout.prefix_cache import Entry, PrefixStore, weights_version
 from agentrl.rollout.sampler import Sample, SamplingConfig, sampling_warpers
 
 _SUPPORTED = ("qwen3", "qwen2", "llama")
+DEFAULT_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024)  # compaction targets (FastSampler bucket_sizes)
 
 
 @dataclass
@@ -143,6 +144,9 @@ class FastSampler:
         share_prompts: identical contexts in one call (the G samples of a GRPO group) are prefilled once and
             their KV copied to the other rows.
         kv_store_tokens: cap on tokens kept by keep_kv (default: the static cache's rows x columns).
+        bucket_sizes: the batch sizes a chunk's live rows may be compacted into (each its own CUDA graph per
+            span; default DEFAULT_BUCKETS, powers of two from 8). Finer steps (e.g. 8, 16, 24, 32, 48, 64, 96,
+            128) keep fewer finished rows in the decoded batch at the cost of more graph captures.
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (taken from kept KV), shared_rows (rows that copied a group leader's KV).
@@ -154,9 +158,14 @@ class FastSampler:
     def __init__(self, model: Any, *, stop_ids: tuple[int, ...], pad_id: int, cfg: SamplingConfig | None = None,
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
-                 keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None):
+                 keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
+                 bucket_sizes: tuple[int, ...] | None = None):
         if max_batch < 1 or prefill_tokens < 1 or check_every < 1 or length_multiple < 1:
             raise ValueError("FastSampler: max_batch, prefill_tokens, check_every, length_multiple must be >= 1")
+        sizes = DEFAULT_BUCKETS if bucket_sizes is None else tuple(bucket_sizes)
+        if not sizes or any(not isinstance(b, int) or b < 1 for b in sizes):
+            raise ValueError(f"FastSampler: bucket_sizes must be integers >= 1, got {bucket_sizes!r}")
+        self.bucket_sizes = tuple(sorted(set(sizes)))
         cfg = cfg or SamplingConfig()
         self.model, self.cfg, self.pad_id = model, cfg, int(pad_id)
         self.arch = _arch_of(model)
@@ -238,7 +247,7 @@ class FastSampler:
     def _buckets(self, rows: int) -> list[int]:
         """Batch sizes a chunk of `rows` may shrink to (graph mode rounds up to 8 so graphs are reused)."""
         top = -(-rows // 8) * 8 if self.graphs_on else rows
-        return sorted({top} | {b for b in (8, 16, 32, 64, 128, 256, 512, 1024) if b < top})
+        return sorted({top} | {b for b in self.bucket_sizes if b < top})
 
     # ---------------------------------------------------------------- prefill
     def _prefill(self, st: _State, contexts: list[list[int]], width: int) -> torch.Tensor:
