@@ -84,10 +84,10 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, co
     model = make_model(args.config, dtype, args.device, tiny=args.tiny)
     if gc != "off":
         update.enable_gradient_checkpointing(model)
-    if compiled:
-        update.compile_decoder_layers(model)
     model.train()
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
+    if compiled:  # after make_batch's no-grad scoring: the warm-up update then compiles the training graph only
+        update.compile_decoder_layers(model)
     cfg = RLConfig(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
                    gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed",
