@@ -30,6 +30,18 @@ def test_run_uncaught_exception_gives_traceback(sb):
     assert r.exit_code == 1 and "KeyError: 'boom'" in r.stderr
 
 
+def test_traceback_is_what_python_file_prints(sb):
+    """No launcher or runpy frames, work-dir paths relative, a SyntaxError without a stack (as CPython)."""
+    files = {"a.py": "import b\nb.g()\n", "b.py": "def g():\n    raise ValueError('v')\n"}
+    r = sb.run(files, ["python", "a.py"])
+    assert r.exit_code == 1
+    assert r.stderr == ("Traceback (most recent call last):\n  File \"a.py\", line 2, in <module>\n    b.g()\n"
+                        "  File \"b.py\", line 2, in g\n    raise ValueError('v')\nValueError: v\n")
+    r = sb.run({"a.py": "x = (\n"}, ["python", "a.py"])
+    assert r.exit_code == 1 and r.stderr.startswith('  File "a.py", line 1\n') and "SyntaxError" in r.stderr
+    assert "launcher" not in r.stderr and "runpy" not in r.stderr
+
+
 def test_pytest_forms_really_run(sb):
     files = {"m.py": SRC, "test_m.py": "from m import add\ndef test_ok():\n    assert add(1, 2) == 3\n"
              "def test_bad():\n    assert add(1, 2) == 4\n"}

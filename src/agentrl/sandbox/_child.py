@@ -194,6 +194,31 @@ def _exit_code(exc):
     return 1
 
 
+def _harness_frame(filename):
+    """True for a frame of this launcher or of runpy (which `python FILE` itself never shows)."""
+    return filename in (__file__, os.path.abspath(__file__)) or filename.startswith("<frozen runpy") \
+        or os.path.basename(filename) == "runpy.py"
+
+
+def _print_user_traceback(exc, strip_harness, workdir=None):
+    """Print `exc` as `python FILE` would: without the launcher's and runpy's leading frames.
+
+    Only a traceback that went through `run_argv` is stripped; an error of the launcher itself keeps
+    every frame. With no user frame left (a SyntaxError in the file), Python's own format has no stack.
+    Paths inside the work dir are printed relative to it (the job's cwd), as the run's own file is, so
+    the host's temporary directory never reaches the model.
+    """
+    tb = exc.__traceback__
+    if strip_harness and any(f.f_code.co_name == "run_argv" and _harness_frame(f.f_code.co_filename)
+                             for f, _ in traceback.walk_tb(tb)):
+        while tb is not None and _harness_frame(tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    if workdir:
+        text = text.replace(os.path.join(workdir, ""), "")
+    sys.stderr.write(text)
+
+
 def execute(spec, result_fd, extra_processes=0):
     """Run one job in this (already separate) process and never return: os._exit at the end."""
     code = 1
@@ -211,9 +236,9 @@ def execute(spec, result_fd, extra_processes=0):
             code = run_argv(spec)
     except SystemExit as e:
         code = _exit_code(e)
-    except BaseException:
+    except BaseException as e:
         try:
-            traceback.print_exc()
+            _print_user_traceback(e, spec.get("kind") != "tests", spec.get("workdir"))
         except BaseException:
             pass
         code = 1
