@@ -244,3 +244,31 @@ def test_a_failing_sampler_is_a_500_that_marks_the_rollout_and_the_server_lives_
         assert r.choices[0].finish_reason == "tool_calls"
     assert "simulated" in srv.close_rollout("f").failed
     srv.close()
+
+
+def test_non_finite_numbers_are_refused_and_never_break_a_trace(served):
+    """NaN / Infinity / 1e999 are not JSON: a 400 naming it; a NaN the model writes is served as null."""
+    srv, http_, script = served
+    srv.open_rollout("nan")
+    auth = {"Authorization": "Bearer nan"}
+    msgs = '"messages": [{"role": "user", "content": "x"}]'
+    for extra, needle in [('"temperature": NaN', "NaN"), ('"top_p": -Infinity', "Infinity"),
+                          ('"temperature": 1e999', "overflows")]:
+        got, resp = raw(http_, "POST", "/v1/chat/completions", f'{{{msgs}, {extra}}}'.encode(), auth)
+        assert got == 400, extra
+        err = json.loads(resp)["error"]
+        assert err["code"] == "invalid_json" and needle in err["message"], extra
+    assert srv.trace("nan").calls == ()
+    script.text = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls", "n": NaN}}\n</tool_call>'
+    history = [{"role": "user", "content": "x"},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                   "name": "bash", "arguments": '{"command": "ls", "n": NaN}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "a.py"}]
+    got, resp = raw(http_, "POST", "/v1/chat/completions",
+                    json.dumps({"messages": history, "tools": TOOLS}).encode(), auth)
+    assert got == 200
+    call = json.loads(resp)["choices"][0]["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "bash"
+    status, data = raw(http_, "GET", "/rollouts/nan/trace")
+    assert status == 200
+    assert len(json.loads(data, parse_constant=lambda c: pytest.fail(f"{c} in the trace"))["calls"]) == 1

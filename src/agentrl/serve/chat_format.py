@@ -11,6 +11,7 @@ sampled text with agentrl's tool-call parser: well-formed `<tool_call>` blocks b
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -77,12 +78,30 @@ def _text(content: Any, where: str) -> str:
     raise RequestError(400, f"{where}: content must be a string, null or a list of text parts")
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (RFC 8259 has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} overflows a double (RFC 8259 numbers must be finite)")
+    return value
+
+
+def loads_strict(raw: str | bytes) -> Any:
+    """`json.loads` that accepts only RFC 8259 JSON: NaN, Infinity and numbers that overflow a double
+    (1e999) raise ValueError instead of becoming floats that no strict encoder can write back (a stored
+    NaN used to make every later `GET /rollouts/<id>/trace` of that rollout a 500)."""
+    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def _arguments(raw: Any) -> Any:
     """OpenAI sends arguments as a JSON string; templates want the object (a non-JSON string is kept)."""
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
-        except ValueError:
+            return loads_strict(raw)
+        except (ValueError, RecursionError):
             return raw
     return raw
 

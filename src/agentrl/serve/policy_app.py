@@ -26,7 +26,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agentrl.serve.chat_format import RequestError, completion_body, parse_request, stream_chunks
+from agentrl.io.results import to_json_ready
+from agentrl.serve.chat_format import (
+    RequestError,
+    completion_body,
+    loads_strict,
+    parse_request,
+    stream_chunks,
+)
 from agentrl.serve.policy_server import PolicyServer, RolloutBudget
 
 log = logging.getLogger("agentrl.serve")
@@ -41,8 +48,17 @@ def _rollout_id(request: Any, prefix: str | None) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
+class StrictJSONResponse(JSONResponse):
+    """A JSON response that is always RFC 8259 JSON: non-finite floats are written as null
+    (agentrl.io.results.to_json_ready), so no stored value can turn a route into a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(to_json_ready(content), ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+
+
 def _error(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+    return StrictJSONResponse(e.body(), status_code=e.status)
 
 
 async def _read_json(request: Any, max_bytes: int) -> Any:
@@ -55,8 +71,8 @@ async def _read_json(request: Any, max_bytes: int) -> Any:
         if len(raw) > max_bytes:
             raise RequestError(413, f"request body exceeds the {max_bytes}-byte limit", "too_large")
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+        return loads_strict(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise RequestError(400, f"request body is not valid JSON: {str(e)[:200]}", "invalid_json") from None
 
 
@@ -68,7 +84,7 @@ def _usage(record: Any) -> dict[str, int]:
 def _sse(chunks: list[dict[str, Any]]):
     async def gen():
         for ch in chunks:
-            yield f"data: {json.dumps(ch, ensure_ascii=False)}\n\n"
+            yield f"data: {json.dumps(to_json_ready(ch), ensure_ascii=False, allow_nan=False)}\n\n"
             await asyncio.sleep(0)  # a point where a disconnected client's cancellation lands
         yield "data: [DONE]\n\n"
     return gen()
@@ -76,7 +92,8 @@ def _sse(chunks: list[dict[str, Any]]):
 
 def create_app(server: PolicyServer) -> FastAPI:
     """The FastAPI app over `server` (routes in the module docstring)."""
-    app = FastAPI(title="agentrl policy server", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="agentrl policy server", docs_url=None, redoc_url=None, openapi_url=None,
+                  default_response_class=StrictJSONResponse)
 
     async def chat(request: Request, prefix: str | None = None):
         rid = _rollout_id(request, prefix)
@@ -95,7 +112,7 @@ def create_app(server: PolicyServer) -> FastAPI:
             chunks = stream_chunks(cid, name, reply, _usage(record) if req.include_usage else None)
             return StreamingResponse(_sse(chunks), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return JSONResponse(completion_body(cid, name, reply, _usage(record)))
+        return StrictJSONResponse(completion_body(cid, name, reply, _usage(record)))
 
     def models():
         return {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": int(time.time()),
@@ -135,14 +152,14 @@ def _rollout_routes(app: FastAPI, server: PolicyServer) -> None:
         try:
             return server.trace(rollout_id).to_dict()
         except KeyError:
-            return JSONResponse(RequestError(404, f"unknown rollout {rollout_id!r}").body(), status_code=404)
+            return StrictJSONResponse(RequestError(404, f"unknown rollout {rollout_id!r}").body(), status_code=404)
 
     @app.delete("/rollouts/{rollout_id}")
     def close(rollout_id: str):
         try:
             return server.close_rollout(rollout_id).to_dict()
         except KeyError:
-            return JSONResponse(RequestError(404, f"unknown rollout {rollout_id!r}").body(), status_code=404)
+            return StrictJSONResponse(RequestError(404, f"unknown rollout {rollout_id!r}").body(), status_code=404)
 
 
 class ServerThread:
