@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from agentrl.rl.checkpoint import (
+    CorruptCheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
 
 
 def _draw():
@@ -49,6 +55,36 @@ def test_latest_ignores_incomplete_and_temporary(tiny_qwen3, tmp_path):
     deleted = prune_checkpoints(tmp_path, keep_last=1)
     assert sorted(p.name for p in deleted) == [".tmp-step_000030-abcd", "step_000002"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000010", "step_000020"]
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 3)])
+
+
+@pytest.mark.parametrize("broken", ["meta.json", "optimizer.pt", "rng.json", "rng_torch.pt", "model/model.safetensors"])
+def test_a_corrupt_file_is_named_with_the_checkpoint_to_fall_back_to(tiny_qwen3, tmp_path, broken):
+    """Truncated files (a full disk, a copy cut short) raise one clear error, never the reader's traceback."""
+    model = tiny_qwen3(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()
+    save_checkpoint(tmp_path, 1, model, opt)
+    path = save_checkpoint(tmp_path, 2, model, opt)
+    _truncate(path / broken)
+    with pytest.raises(CorruptCheckpointError, match=rf"{broken.split('/')[-1]} is unreadable .*resume from step_000001"):
+        load_checkpoint(path, model, opt)
+    assert load_checkpoint(tmp_path / "step_000001", model, opt)["step"] == 1  # the earlier one still loads
+    _truncate(tmp_path / "step_000001" / broken)
+    with pytest.raises(ValueError, match="no earlier checkpoint"):
+        load_checkpoint(tmp_path / "step_000001", model, opt)
+
+
+def test_optimizer_state_of_another_model_is_refused_by_name(tiny_qwen3, tmp_path):
+    model = tiny_qwen3(dtype=torch.float32)
+    path = save_checkpoint(tmp_path, 1, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    fewer = torch.optim.AdamW(list(model.parameters())[:2], lr=1e-3)
+    with pytest.raises(ValueError, match="optimizer.pt does not fit this run's optimizer"):
+        load_checkpoint(path, model, fewer)
 
 
 def test_failed_save_leaves_nothing(tiny_qwen3, tmp_path):

@@ -138,6 +138,37 @@ def remove_partial_checkpoints(root: str | os.PathLike) -> list[Path]:
     return removed
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file exists but cannot be read (truncated, overwritten, not what it should be)."""
+
+
+def _earlier_hint(path: Path) -> str:
+    """Where to go from a corrupt checkpoint: the complete one before it, if any."""
+    m = _STEP_DIR.match(path.name)
+    earlier = sorted((int(n.group(1)), p) for p in path.parent.iterdir() if (n := _STEP_DIR.match(p.name))
+                     and (p / "meta.json").is_file() and m and int(n.group(1)) < int(m.group(1))) \
+        if path.parent.is_dir() else []
+    if earlier:
+        return f"; move {path.name} aside to resume from {earlier[-1][1].name}, the complete checkpoint before it"
+    return "; no earlier checkpoint: start the run again without --resume"
+
+
+def _read(ckpt: Path, file: Path, load: Any) -> Any:
+    """`load(file)`, with every failure but a missing file raised as CorruptCheckpointError naming it.
+
+    torch.load, safetensors and json fail with RuntimeError, SafetensorError, EOFError, UnpicklingError,
+    JSONDecodeError, ...: to a user they all mean the same thing, this file of this checkpoint is broken.
+    """
+    if not file.is_file():
+        raise FileNotFoundError(f"load_checkpoint: {ckpt} is not a complete checkpoint (no {file.relative_to(ckpt)})")
+    try:
+        return load(file)
+    except Exception as e:  # noqa: BLE001 - every reader's own error type means "this file is unreadable"
+        detail = str(e).splitlines()[0][:200] if str(e) else "no detail"
+        raise CorruptCheckpointError(f"load_checkpoint: {file} is unreadable ({type(e).__name__}: {detail})"
+                                     f"{_earlier_hint(ckpt)}") from None
+
+
 def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     *, restore_rng: bool = True) -> dict[str, Any]:
     """Load weights (in place), optimizer state and RNG streams from a checkpoint directory.
@@ -147,37 +178,46 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
 
     Raises:
         FileNotFoundError: `path` is not a complete checkpoint (names the missing file).
-        ValueError: a format version this code does not read.
+        CorruptCheckpointError (a ValueError): a file is there but unreadable (names it, and the complete
+            checkpoint before this one to resume from instead).
+        ValueError: a format version this code does not read; weights that do not fit the model.
     """
     path = Path(path)
-    meta_path = path / "meta.json"
-    if not meta_path.is_file():
+    if not (path / "meta.json").is_file():
         raise FileNotFoundError(f"load_checkpoint: {path} is not a complete checkpoint (no meta.json)")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"load_checkpoint: {meta_path} has format_version {meta.get('format_version')!r}, "
+    meta = _read(path, path / "meta.json", lambda f: json.loads(f.read_text()))
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        got = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"load_checkpoint: {path / 'meta.json'} has format_version {got!r}, "
                          f"expected {FORMAT_VERSION}")
     device = next(model.parameters()).device
-    _load_model_weights(model, path / "model", device)
+    _load_model_weights(model, path, device)
     if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+        state = _read(path, path / "optimizer.pt", lambda f: torch.load(f, map_location=device, weights_only=True))
+        try:
+            optimizer.load_state_dict(state)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"load_checkpoint: {path / 'optimizer.pt'} does not fit this run's optimizer ({e}); "
+                             f"resume with the run's own model, --lora-* and optimizer settings") from None
     if restore_rng:
-        set_rng_state(json.loads((path / "rng.json").read_text()),
-                      torch.load(path / "rng_torch.pt", map_location="cpu", weights_only=True))
+        py = _read(path, path / "rng.json", lambda f: json.loads(f.read_text()))
+        tensors = _read(path, path / "rng_torch.pt", lambda f: torch.load(f, map_location="cpu", weights_only=True))
+        _read(path, path / "rng.json", lambda f: set_rng_state(py, tensors))
     return meta
 
 
-def _load_model_weights(model: nn.Module, model_dir: Path, device: torch.device) -> None:
+def _load_model_weights(model: nn.Module, ckpt: Path, device: torch.device) -> None:
     from agentrl.models.lora import ADAPTER_CONFIG, is_lora, load_adapter_state
 
+    model_dir = ckpt / "model"
     if (model_dir / ADAPTER_CONFIG).is_file():
         if not is_lora(model):
             raise ValueError(f"load_checkpoint: {model_dir} holds LoRA adapters; resume with the same --lora-r")
-        load_adapter_state(model, model_dir)
+        _read(ckpt, model_dir / "adapter_model.safetensors", lambda f: load_adapter_state(model, model_dir))
         return
     sd_path = model_dir / "state_dict.pt"
     if sd_path.is_file():
-        state = torch.load(sd_path, map_location=device, weights_only=True)
+        state = _read(ckpt, sd_path, lambda f: torch.load(f, map_location=device, weights_only=True))
     else:
         from safetensors.torch import load_file
 
@@ -186,7 +226,7 @@ def _load_model_weights(model: nn.Module, model_dir: Path, device: torch.device)
             raise FileNotFoundError(f"load_checkpoint: no weights (*.safetensors or state_dict.pt) in {model_dir}")
         state = {}
         for f in files:
-            state.update(load_file(str(f), device=str(device)))
+            state.update(_read(ckpt, f, lambda f: load_file(str(f), device=str(device))))
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {k for k in missing if k.endswith("lm_head.weight")}  # tied heads are saved once
     if set(missing) - tied or unexpected:
