@@ -134,14 +134,20 @@ def test_jsonl_round_trip_and_errors(tokenizers, sandbox, tasks, tmp_path):
         "'policy_mask' has 2 entries": json.dumps({**rec, "policy_mask": [0, 1]}),
         "'prompt_ids' must be a list of integers": json.dumps({**rec, "prompt_ids": "abc"}),
         "'policy_mask' must hold only 0 and 1": json.dumps({**rec, "policy_mask": [2] * len(rec["completion_ids"])}),
-        "'reward' must be a number": json.dumps({**rec, "reward": "high"}),
+        "'reward' must be a finite number": json.dumps({**rec, "reward": "high"}),
+        "'reward' must be a finite number or null": json.dumps({**rec, "reward": float("nan")}),  # NaN: no JSON
         "needs a tokenizer": json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+        "needs prompt_ids, completion_ids and policy_mask .* or messages": json.dumps({"text": "hi"}),
+        "token id 200000, outside the model's vocabulary .ids 0..199999.": json.dumps({**rec, "completion_ids": [
+            200_000] * len(rec["completion_ids"])}),
+        "not UTF-8 text": b"\xff\xfe{}".decode("latin-1"),
     }
     for msg, line in cases.items():
         bad = tmp_path / "bad.jsonl"
-        bad.write_text(good + "\n\n" + line + "\n")
+        bad.write_bytes((good + "\n\n").encode() + (line.encode("latin-1") if "UTF-8" in msg else line.encode())
+                        + b"\n")
         with pytest.raises(ValueError, match=msg) as e:
-            load_trajectories(bad)
+            load_trajectories(bad, vocab_size=200_000)
         assert f"{bad}:3" in str(e.value)
     with pytest.raises(FileNotFoundError):
         load_trajectories(tmp_path / "missing.jsonl")

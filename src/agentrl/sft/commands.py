@@ -145,7 +145,8 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None
     from agentrl.sft.data import expert_trajectories, load_trajectories
 
     if run.from_jsonl:
-        return load_trajectories(run.from_jsonl, tok, enable_thinking=run.thinking)
+        vocab = model.get_input_embeddings().num_embeddings if model is not None else None
+        return load_trajectories(run.from_jsonl, tok, enable_thinking=run.thinking, vocab_size=vocab)
     from agentrl.sandbox import Sandbox
     from agentrl.tasks import make_tasks, randomize_names
 

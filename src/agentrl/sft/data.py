@@ -11,6 +11,7 @@ and every trajectory is checked against the template's rendering of the whole co
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections.abc import Iterable, Sequence
@@ -205,38 +206,48 @@ def save_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike, *, t
     return n
 
 
-def _int_list(rec: dict, key: str, where: str, *, binary: bool = False) -> list[int]:
+def _int_list(rec: dict, key: str, where: str, *, binary: bool = False, vocab_size: int | None = None) -> list[int]:
     val = rec.get(key)
+    if val is None and "messages" not in rec and not any(k in rec for k in ("prompt_ids", "completion_ids")):
+        raise ValueError(f"{where}: a record needs prompt_ids, completion_ids and policy_mask (token level) or "
+                         f"messages (chat); got the keys {sorted(rec)[:8]}")
     if not isinstance(val, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in val):
         raise ValueError(f"{where}: field {key!r} must be a list of integers, got {type(val).__name__}")
     if binary and any(v not in (0, 1) for v in val):
         raise ValueError(f"{where}: field {key!r} must hold only 0 and 1")
     if not binary and any(v < 0 for v in val):
         raise ValueError(f"{where}: field {key!r} holds a negative token id")
+    if vocab_size is not None and not binary and val and max(val) >= vocab_size:
+        raise ValueError(f"{where}: field {key!r} holds token id {max(val)}, outside the model's vocabulary "
+                         f"(ids 0..{vocab_size - 1}); were the ids made with another tokenizer?")
     return val
 
 
-def trajectory_from_record(rec: Any, where: str) -> Trajectory:
+def trajectory_from_record(rec: Any, where: str, vocab_size: int | None = None) -> Trajectory:
     """A Trajectory from a token-level record (see `trajectory_record`).
 
+    `vocab_size`: the model's embedding rows; token ids must be below it (None: not checked).
+
     Raises:
-        ValueError: naming `where` and the missing or ill-typed field, or mismatched lengths.
+        ValueError: naming `where` and the missing or ill-typed field, a token id outside the vocabulary,
+            a non-finite reward, or mismatched lengths.
     """
     if not isinstance(rec, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     task_id = rec.get("task_id", "")
     if not isinstance(task_id, str):
         raise ValueError(f"{where}: field 'task_id' must be a string")
-    prompt = _int_list(rec, "prompt_ids", where)
-    completion = _int_list(rec, "completion_ids", where)
+    prompt = _int_list(rec, "prompt_ids", where, vocab_size=vocab_size)
+    completion = _int_list(rec, "completion_ids", where, vocab_size=vocab_size)
     mask = _int_list(rec, "policy_mask", where, binary=True)
     if not prompt:
         raise ValueError(f"{where}: field 'prompt_ids' is empty (the first policy token needs a context)")
     if len(mask) != len(completion):
         raise ValueError(f"{where}: field 'policy_mask' has {len(mask)} entries for {len(completion)} completion_ids")
     reward = rec.get("reward", 0.0)
-    if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
-        raise ValueError(f"{where}: field 'reward' must be a number or null (unscorable), got {reward!r}")
+    if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)
+                               or not math.isfinite(reward)):
+        raise ValueError(f"{where}: field 'reward' must be a finite number or null (unscorable), got {reward!r}")
     return Trajectory(task_id=task_id, group_id=0, prompt_ids=tuple(prompt), completion_ids=tuple(completion),
                       policy_mask=tuple(mask), sampler_logprobs=(0.0,) * len(completion),
                       reward=None if reward is None else float(reward),
@@ -293,24 +304,29 @@ def messages_trajectory(
                       meta={"source": "messages"})
 
 
-def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_thinking: bool = False
-                      ) -> list[Trajectory]:
+def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_thinking: bool = False,
+                      vocab_size: int | None = None) -> list[Trajectory]:
     """Read a JSONL file of token-level records, or of chat records `{"messages", "tools"}` (needs `tokenizer`).
 
-    Blank lines are skipped; each line may be either kind.
+    Blank lines are skipped; each line may be either kind. `vocab_size` (the model's embedding rows):
+    token-level ids must be below it (None: not checked).
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: "PATH:LINE: ..." naming the line and the field that is wrong, a chat record without
-            a tokenizer, or a file with no records.
+        ValueError: "PATH:LINE: ..." naming the line and the field that is wrong (a token id outside the
+            vocabulary, text that is not UTF-8, ...), a chat record without a tokenizer, or a file with no records.
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"trajectory file {str(p)!r} does not exist")
     out = []
-    with p.open(encoding="utf-8", errors="strict") as f:
-        for lineno, line in enumerate(f, 1):
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
             where = f"{p}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 text at byte {e.start} of the line") from None
             if not line.strip():
                 continue
             try:
@@ -322,7 +338,7 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
                     raise ValueError(f"{where}: a chat-messages record needs a tokenizer to render it")
                 traj = messages_trajectory(rec, tokenizer, where, enable_thinking=enable_thinking)
             else:
-                traj = trajectory_from_record(rec, where)
+                traj = trajectory_from_record(rec, where, vocab_size)
             out.append(Trajectory(**{**traj.__dict__, "group_id": len(out)}))
     if not out:
         raise ValueError(f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask "
