@@ -322,6 +322,7 @@ class RLConfig:
 # Qwen3 learns the tool-call format from scripted experts that pick the edit at random (SFT), then GRPO
 # learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
 # paired task-level interval. Sized for 2 CPU cores (README "Set up and run" has the arithmetic).
+# Temperature 0.7, not the write-up's 1.0: at 1.0 it learned about half as much (docs/design.md).
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "tiny-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
