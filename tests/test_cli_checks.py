@@ -2,11 +2,12 @@
 
 import argparse
 import os
+import socket
 
 import pytest
 
 from agentrl.cli import main
-from agentrl.cli_checks import check_output_file, positive_int, prepare_output_dir
+from agentrl.cli_checks import check_output_file, check_port_free, positive_int, prepare_output_dir
 from agentrl.tasks import load_tasks, make_tasks, save_tasks
 
 
@@ -93,6 +94,52 @@ def test_smoke_zero_episodes_is_a_clear_error(capsys):
 
     with pytest.raises(ValueError, match="episodes >= 1"):
         run_smoke(SmokeConfig(episodes=0))
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_check_port_free(taken_port):
+    with pytest.raises(ValueError, match=f"--port {taken_port} on 127.0.0.1 is in use"):
+        check_port_free("127.0.0.1", taken_port)
+    with pytest.raises(ValueError, match="--host 'no-such-host.invalid': not an address"):
+        check_port_free("no-such-host.invalid", 8000)
+    check_port_free("127.0.0.1", 0)  # any free port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    check_port_free("127.0.0.1", free)
+
+
+def test_servers_and_clients_refuse_a_bad_address_in_one_line(taken_port, capsys):
+    """A port in use is refused before the model or environment is built (and before 'listening' is
+    printed); an --env-url nobody serves, or that is no URL, is one line, not a ConnectionError traceback."""
+    for argv in (["serve-policy", "--model", "tiny-qwen3", "--device", "cpu", "--port", str(taken_port)],
+                 ["serve", "--env", "edit-menu", "--port", str(taken_port)]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert f"error: --port {taken_port} on 127.0.0.1 is in use" in captured.err, argv
+        assert "listening" not in captured.out + captured.err and "http://" not in captured.out
+    with socket.socket() as closed:  # bound, never listening: connections are refused at once
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        assert main(["eval", "--env-url", refused, "--models", "tiny-qwen3", "--eval-n", "1"]) == 2
+    assert "cannot be reached (ConnectionError)" in capsys.readouterr().err
+    for url, why in (("notaurl", "expected http://"), ("ftp://x", "expected http://")):
+        assert main(["eval", "--env-url", url, "--models", "tiny-qwen3", "--eval-n", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("agentrl eval: error:") and why in err and "Traceback" not in err
+
+
+def test_export_to_an_unwritable_place_names_the_file_not_a_temp_file(capsys):
+    assert main(["tasks", "export", "--n", "2", "--out", "/proc/agentrl-tasks.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert "task file '/proc/agentrl-tasks.jsonl': cannot write in '/proc'" in err and ".agentrl-tasks" not in err
 
 
 def test_positive_int():

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("agentrl: interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError) as e:  # bad input: a clear message, no traceback
+    except (FileNotFoundError, ValueError, ConnectionError) as e:  # bad input: a clear message, no traceback
         if os.environ.get("AGENTRL_DEBUG") == "1":
             raise
         print(f"agentrl {args.command}: error: {e}", file=sys.stderr)

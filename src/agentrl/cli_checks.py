@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -112,6 +113,31 @@ def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     if not os.access(_nearest_existing(p.parent), os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {str(p)!r}: directory {str(p.parent)!r} is not writable")
     return p
+
+
+def check_port_free(host: str, port: int, flag: str = "--port") -> None:
+    """Check that a server could listen on `host:port` now (port 0: any free port will do).
+
+    Binds (SO_REUSEADDR, as uvicorn does) and closes a probe socket, so a port already taken is refused
+    before a model is loaded, and before the command prints that it is listening.
+
+    Raises:
+        ValueError: the port is in use, or the address cannot be bound here; names `flag`, host and port.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host!r}: not an address of this machine ({e.strerror or e})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            why = "is in use (another server?)" if e.errno == 98 else f"cannot be bound ({e.strerror or e})"
+            raise ValueError(f"{flag} {port} on {host} {why}; pass another {flag}") from None
 
 
 def positive_int(text: str) -> int:

@@ -64,9 +64,10 @@ def build_server(args: argparse.Namespace) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Serve until interrupted (Ctrl-C). Raises ValueError for a bad port."""
+    """Serve until interrupted (Ctrl-C). Raises ValueError for a bad port or one already in use."""
     import uvicorn
 
+    from agentrl.cli_checks import check_port_free
     from agentrl.serve.policy_app import create_app
 
     if not 0 < args.port < 65536:
@@ -78,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
     if not loopback:
         log.warning("serve-policy: binding %s exposes the policy beyond this machine", args.host)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    check_port_free(args.host, args.port)  # before loading the model, and before saying it listens
     server = build_server(args)
     print(f"agentrl policy server: http://{args.host}:{args.port}/v1  (API key = rollout id; "
           f"traces at /rollouts/<id>/trace)", flush=True)

@@ -182,7 +182,13 @@ def run_server(cfg: EnvServerConfig, *, ready: Any = None) -> int:
 
     Args:
         ready: optional callable run once the socket listens, with the bound (host, port).
+
+    Raises:
+        ValueError: `cfg.port` is already in use on `cfg.host` (checked before the environment is built).
     """
+    from agentrl.cli_checks import check_port_free
+
+    check_port_free(cfg.host, cfg.port)
     served = build_app(cfg)
     server = _ReadyServer(_uvicorn_config(cfg, served.app), ready, served.registry, cfg.drain_timeout_s)
     log.warning("agentrl serve: %s on %d train / %d held-out tasks at http://%s:%d (max %d sessions)",

@@ -61,17 +61,24 @@ def server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
 
     Raises:
         ConnectionError: the server cannot be reached or is not an agentrl/OpenEnv server.
+        ValueError: `url` is not an http(s):// or ws(s):// URL.
     """
     import requests
 
     base = http_base(url)
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"--env-url {url!r}: expected http://HOST:PORT (or ws://), as `agentrl serve` prints")
     try:
         envs = requests.get(f"{base}/list_environments", timeout=timeout_s)
+    except requests.RequestException as e:
+        raise ConnectionError(f"{base}: cannot be reached ({type(e).__name__}); is `agentrl serve` running "
+                              f"there?") from e
+    try:
         envs.raise_for_status()
         name = envs.json()[0]
         splits = requests.get(f"{base}/{name}/splits", timeout=timeout_s)
         splits.raise_for_status()
-    except (requests.RequestException, ValueError, IndexError, KeyError) as e:
+    except (requests.RequestException, ValueError, IndexError, KeyError, TypeError) as e:
         raise ConnectionError(f"{base}: not an OpenEnv environment server ({type(e).__name__}: {e})") from e
     return {"env": name, "splits": [s["name"] if isinstance(s, dict) else s for s in splits.json()]}
 

@@ -101,7 +101,10 @@ def save_tasks(tasks: Iterable[Task], path: str | os.PathLike) -> int:
     from agentrl.cli_checks import check_output_file
 
     path = check_output_file(path, "task file")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:  # e.g. /proc or a read-only mount, which os.access passes for root
+        raise ValueError(f"task file {str(path)!r}: cannot write in {str(path.parent)!r} ({e.strerror or e})") from None
     n = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
