@@ -87,6 +87,21 @@ def test_folder_without_tokenizer_or_config_says_so(tmp_path):
         load_policy(str(tmp_path / "empty"), tokenizer_path=resolve_asset("qwen3-tokenizer"))
 
 
+@pytest.mark.parametrize("config,why", [
+    ('{"model_type": "qwen3", "hidden', "config.json is not valid JSON"),
+    ("[1, 2]", "config.json holds a list, expected an object"),
+    ('{"model_type": "nonsense_xyz"}', "config.json has model_type 'nonsense_xyz', which transformers"),
+])
+def test_broken_config_is_one_line_naming_the_config_not_the_tokenizer(tmp_path, config, why):
+    model, tok = load_policy("tiny-qwen3")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(config)
+    with pytest.raises(ValueError, match=why) as e:
+        load_policy(str(tmp_path))
+    assert "\n" not in str(e.value) and "tokenizer" not in str(e.value) and "pip install" not in str(e.value)
+
+
 def test_local_folder_without_weights_is_not_told_about_the_hf_cache(tmp_path):
     src = resolve_asset("qwen3-tokenizer")
     for f in src.iterdir():

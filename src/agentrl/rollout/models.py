@@ -122,6 +122,32 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
                 "pytorch_model.bin.index.json")
 
 
+def check_model_config(folder: Path) -> None:
+    """Check `folder/config.json` before transformers reads it: JSON, an object, a known `model_type`.
+
+    transformers' own errors for these are several paragraphs (and blame the tokenizer when the
+    tokenizer loads first, or advise installing transformers from git); this says what is wrong in one line.
+
+    Raises:
+        ValueError: unreadable or invalid JSON, not an object, or a `model_type` this transformers lacks.
+    """
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"model folder {str(folder)!r}: config.json is not valid JSON ({e}); a truncated copy?") \
+            from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"model folder {str(folder)!r}: config.json holds a {type(raw).__name__}, expected an object")
+    model_type = raw.get("model_type")
+    if model_type is not None and model_type not in CONFIG_MAPPING:  # none: transformers guesses
+        raise ValueError(f"model folder {str(folder)!r}: config.json has model_type {model_type!r}, which "
+                         f"transformers {transformers.__version__} does not know (e.g. qwen3, qwen2, llama)")
+
+
 def _load_hint(path: Path, allow_download: bool) -> str:
     """Advice for a model that failed to load: a local folder needs its weight files; only a hub id
     can come from the HF cache or a download."""
@@ -170,7 +196,8 @@ def load_policy(
     Raises:
         FileNotFoundError: model or tokenizer not found (message names the path and the cache rule, or
             how to fetch a pretrained model).
-        ValueError: bad dtype, or the tokenizer has no chat template.
+        ValueError: bad dtype, a local folder whose config.json is broken or names an unknown
+            model_type (`check_model_config`), or the tokenizer has no chat template.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -201,6 +228,8 @@ def load_policy(
             raise FileNotFoundError(
                 f"model folder {str(p)!r} has no config.json; expected a folder written by save_pretrained, "
                 f"or an agentrl checkpoint folder (checkpoints/step_N, which holds model/)")
+        if p.is_dir():
+            check_model_config(p)
         tok = load_tokenizer(tokenizer_path or name_or_path, allow_download=allow_download)
         try:
             model = AutoModelForCausalLM.from_pretrained(
