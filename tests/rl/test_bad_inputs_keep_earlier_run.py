@@ -43,7 +43,7 @@ def flags():
 
 
 @pytest.mark.parametrize("case", ["missing-model", "broken-model", "bad-tokenizer-path", "bad-template",
-                                  "resume-without-checkpoint"])
+                                  "resume-without-checkpoint", "context-smaller-than-the-prompt"])
 def test_bad_input_leaves_the_earlier_run_untouched(tmp_path, models, capsys, case):
     out = tmp_path / "run"
     before = earlier_run(out)
@@ -53,10 +53,13 @@ def test_bad_input_leaves_the_earlier_run_untouched(tmp_path, models, capsys, ca
         "bad-tokenizer-path": ["--tokenizer", str(tmp_path / "no-such-tokenizer")],
         "bad-template": ["--tokenizer", str(models / "plain-template")],
         "resume-without-checkpoint": ["--resume"],
+        "context-smaller-than-the-prompt": ["--max-context-tokens", "10"],
     }[case]
     assert main(["train", *flags(), *extra, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and ("checkpoint" in err if case.startswith("resume") else True)
+    if case.startswith("context"):
+        assert "--max-context-tokens 10 leaves no room to sample: the first held-out prompt is already" in err
     assert {p.name: p.read_text() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".run.lock") == ["run"]  # nothing moved aside
 

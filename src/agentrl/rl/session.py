@@ -151,6 +151,16 @@ class _Inputs:
     dtype: str = "fp32"  # the concrete dtype loaded (--dtype auto resolved)
 
 
+def _check_context_fits(cfg: RLConfig, prompt_tokens: int) -> None:
+    """Refuse a --max-context-tokens that the first held-out prompt already fills: every episode would
+    end out_of_tokens before its first turn and the run would train on nothing (a black-box harness
+    writes its own prompt, so --agent runs are not checked here)."""
+    if not cfg.agent and prompt_tokens + 1 > cfg.max_context_tokens:
+        raise ValueError(f"--max-context-tokens {cfg.max_context_tokens} leaves no room to sample: the first "
+                         f"held-out prompt is already {prompt_tokens} tokens; pass at least "
+                         f"{prompt_tokens + cfg.max_new_tokens} (prompt + --max-new-tokens)")
+
+
 def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
     """Load the policy and tokenizer and check the chat template against the environment's tools.
 
@@ -158,6 +168,7 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
         FileNotFoundError / ValueError: a missing or broken model, a bad tokenizer path, a template that
             fails the token-in/token-out check (agentrl.chat.tito.TitoMismatch is re-raised as ValueError).
     """
+    from agentrl.chat.template import render_prompt
     from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
     from agentrl.envs import make_env
     from agentrl.rollout.models import load_policy
@@ -181,6 +192,7 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
         obs = env.reset(tasks.heldout[0], seed=cfg.seed)
         if obs.tools:
             assert_tito_consistent(tok, obs, enable_thinking=cfg.thinking)
+        _check_context_fits(cfg, len(render_prompt(tok, obs, enable_thinking=cfg.thinking)))
         schemas = env.tools()
     except TitoMismatch as e:
         raise ValueError(f"the chat template of {cfg.tokenizer or cfg.model!r} fails the token-in/token-out "
