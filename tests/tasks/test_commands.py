@@ -71,3 +71,16 @@ def test_show_index_past_the_cap_is_refused_at_once(capsys):
     t0 = _time.perf_counter()
     assert _main(["tasks", "show", "--families", "minmax", "--index", "99999"]) == 2
     assert "expected < 5000" in capsys.readouterr().err and _time.perf_counter() - t0 < 5
+
+
+def test_zero_or_negative_counts_and_empty_files_are_errors_not_a_failed_check(tmp_path, capsys):
+    for argv in (["tasks", "check", "--n", "0"], ["tasks", "export", "--n", "-1", "--out", str(tmp_path / "x.jsonl")]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and "--n: expected an integer >= 1" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert main(["tasks", "check", "--file", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "no tasks to check" in err and "FAILED" not in err
+    assert not (tmp_path / "x.jsonl").exists()

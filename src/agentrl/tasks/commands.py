@@ -7,6 +7,8 @@ import random
 import sys
 import time
 
+from agentrl.cli_checks import positive_int
+
 
 def _families(text: str | None) -> list[str] | None:
     return [f.strip() for f in text.split(",") if f.strip()] if text else None
@@ -15,7 +17,7 @@ def _families(text: str | None) -> list[str] | None:
 def _common(p: argparse.ArgumentParser, n_default: int | None) -> None:
     """Flags every sub-command shares: which tasks to generate."""
     if n_default is not None:
-        p.add_argument("--n", type=int, default=n_default, help=f"number of tasks (default {n_default})")
+        p.add_argument("--n", type=positive_int, default=n_default, help=f"number of tasks (default {n_default})")
     p.add_argument("--split", choices=("train", "heldout"), default="train", help="which split (default train)")
     p.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
     p.add_argument("--families", default=None, help="comma-separated family names (default: all)")
@@ -169,6 +171,8 @@ def cmd_check(args) -> int:
 
     start = time.perf_counter()
     tasks = load_tasks(args.file) if args.file else _generate(args)
+    if not tasks:
+        raise ValueError(f"{args.file}: no tasks to check (expected one Task object per line; docs/task-schema.md)")
     if args.rename:
         from agentrl.tasks.rename import randomize_names
 
