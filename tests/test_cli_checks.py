@@ -142,6 +142,15 @@ def test_export_to_an_unwritable_place_names_the_file_not_a_temp_file(capsys):
     assert "task file '/proc/agentrl-tasks.jsonl': cannot write in '/proc'" in err and ".agentrl-tasks" not in err
 
 
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_run_out_in_an_unwritable_directory_is_one_line(command, capsys):
+    """/proc passes os.access for root; the run's lock file beside --out is the first write."""
+    assert main([command, "--out", "/proc/agentrl-run", "--device", "cpu", "--eval-size", "1", "--eval-n", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"agentrl {command}: error: --out '/proc/agentrl-run': cannot write in '/proc'" in err
+    assert ".lock" not in err and "Traceback" not in err
+
+
 def test_positive_int():
     assert positive_int("3") == 3
     for bad in ("0", "-1", "x", "2.5"):

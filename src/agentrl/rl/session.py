@@ -83,11 +83,16 @@ def _exclusive(out: Path) -> Iterator[None]:
     of holding a lock nobody else sees.
 
     Raises:
-        ValueError: another live process holds the lock (it names that process).
+        ValueError: another live process holds the lock (it names that process), or the lock file cannot
+            be made beside `out` (a read-only or special directory such as /proc or /sys).
     """
     lock_path = out.with_name(f".{out.name}.lock")
     for _ in range(100):
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ValueError(f"--out {str(out)!r}: cannot write in {str(out.parent)!r} "
+                             f"({e.strerror or e}); pass an --out in a writable directory") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
