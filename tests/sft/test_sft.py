@@ -175,6 +175,35 @@ def test_messages_jsonl_mask_on_assistant_only(tokenizers, tmp_path):
         messages_trajectory({"messages": [{"role": "user", "content": "x"}]}, tok, "rec")
 
 
+def test_messages_in_openai_shapes_render_like_plain_ones_and_odd_ones_are_refused(tokenizers):
+    """Text-part lists, null content and JSON-string arguments are OpenAI's own shapes: the same tokens
+    as plain strings and objects. Other shapes are one ValueError naming the message, never jinja's."""
+    tok = tokenizers["qwen3-tokenizer-current"]
+    tools = [{"type": "function", "function": {"name": "run", "description": "Run.", "parameters": {
+        "type": "object", "properties": {"cmd": {"type": "string"}}}}}]
+
+    def rec(user, content, arguments):
+        return {"tools": tools, "messages": [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": content, "tool_calls": [{"type": "function", "function": {
+                "name": "run", "arguments": arguments}}]},
+            {"role": "tool", "name": "run", "content": "ok"}, {"role": "assistant", "content": "Done."}]}
+
+    plain = messages_trajectory(rec("Fix it.", "", {"cmd": "ls"}), tok, "rec")
+    openai_shaped = messages_trajectory(rec([{"type": "text", "text": "Fix "}, {"type": "text", "text": "it."}],
+                                            None, '{"cmd": "ls"}'), tok, "rec")
+    assert (openai_shaped.prompt_ids, openai_shaped.completion_ids, openai_shaped.policy_mask) == (
+        plain.prompt_ids, plain.completion_ids, plain.policy_mask)
+    for bad, why in ((rec([{"type": "image_url"}], "", {}), r"messages\[0\]: content must be a string"),
+                     (rec("x", 5, {}), r"messages\[1\]: content must be"),
+                     ({**rec("x", "", {}), "messages": [{"role": "user", "content": "x"},
+                                                        {"role": "assistant", "tool_calls": "run"}]},
+                      r"messages\[1\]: tool_calls must be a list"),
+                     (rec("x", "", [1, 2]), "arguments must be a JSON object")):
+        with pytest.raises(ValueError, match=why):
+            messages_trajectory(bad, tok, "rec")
+
+
 def test_lr_schedule():
     assert lr_factor(0, 10, 2, 0.1) == pytest.approx(0.5)
     assert lr_factor(2, 10, 2, 0.1) == pytest.approx(1.0)

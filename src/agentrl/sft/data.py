@@ -10,6 +10,7 @@ and every trajectory is checked against the template's rendering of the whole co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -254,6 +255,41 @@ def trajectory_from_record(rec: Any, where: str, vocab_size: int | None = None) 
                       transcript=str(rec.get("transcript", "")), end_reason=str(rec.get("end_reason", "")))
 
 
+def _content_text(content: Any, where: str) -> str:
+    """OpenAI message content -> the string chat templates read: None -> "", text parts joined."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise ValueError(f"{where}: content must be a string, null or a list of {{'type': 'text', 'text': ...}} parts")
+
+
+def _template_message(m: dict[str, Any], where: str) -> dict[str, Any]:
+    """One record message in the form HF chat templates read (content a string; tool-call arguments an
+    object, as agentrl's own transcripts hold them, or the raw string when it is not JSON).
+    Raises ValueError naming `where` for other shapes."""
+    out = {**m, "content": _content_text(m.get("content"), where)}
+    calls = m.get("tool_calls")
+    if calls is None:
+        out.pop("tool_calls", None)
+        return out
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                              and isinstance(c["function"].get("name"), str) for c in calls):
+        raise ValueError(f"{where}: tool_calls must be a list of {{'function': {{'name': str, 'arguments': ...}}}}")
+    fixed = []
+    for c in calls:
+        args = c["function"].get("arguments", {})
+        if isinstance(args, str):  # OpenAI's JSON string; a string that is not JSON is kept (as serve-policy does)
+            with contextlib.suppress(ValueError, RecursionError):
+                args = json.loads(args)
+        if not isinstance(args, (dict, str)):
+            raise ValueError(f"{where}: tool call {c['function']['name']!r}: arguments must be a JSON object")
+        fixed.append({**c, "function": {**c["function"], "arguments": args}})
+    out["tool_calls"] = fixed
+    return out
+
+
 def messages_trajectory(
     rec: dict[str, Any], tokenizer: Any, where: str, *, enable_thinking: bool = False
 ) -> Trajectory:
@@ -268,6 +304,8 @@ def messages_trajectory(
         ValueError: naming `where`: no assistant message, a malformed message, or ids that differ
             from the template's rendering.
     """
+    from jinja2 import TemplateError
+
     from agentrl.chat.template import encode, render_text
     from agentrl.chat.tito import TitoMismatch
 
@@ -276,6 +314,7 @@ def messages_trajectory(
         raise ValueError(f"{where}: field 'messages' must be a list of objects with a string 'role'")
     if tools is not None and not isinstance(tools, list):
         raise ValueError(f"{where}: field 'tools' must be a list of tool schemas")
+    msgs = [_template_message(m, f"{where}: messages[{i}]") for i, m in enumerate(msgs)]
     asst = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
     if not asst or asst[0] == 0:
         raise ValueError(f"{where}: 'messages' needs a non-assistant message, then at least one assistant message")
@@ -296,7 +335,7 @@ def messages_trajectory(
             mask += [1] * len(ids)
         assert_conversation_ids(tokenizer, msgs[: asst[-1] + 1], tools, prompt + completion, starts, fmt=fmt,
                                 enable_thinking=enable_thinking, what=where)
-    except (TitoMismatch, ValueError, TypeError) as e:  # jinja errors on odd messages surface as TypeError
+    except (TitoMismatch, ValueError, TypeError, TemplateError) as e:  # jinja errors on odd messages
         raise ValueError(f"{where}: cannot render the messages with the chat template: {e}") from e
     return Trajectory(task_id=str(rec.get("task_id", where)), group_id=0, prompt_ids=tuple(prompt),
                       completion_ids=tuple(completion), policy_mask=tuple(mask),
