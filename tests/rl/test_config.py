@@ -79,3 +79,28 @@ def test_ints_are_accepted_for_float_fields_and_top_k_help_matches():
     assert RLConfig(lr=1, kl_coef=0, top_k=5).lr == 1
     help_text = next(f.metadata["help"] for f in dataclasses.fields(RLConfig) if f.name == "top_k")
     assert "None" not in help_text and "leave the flag out" in help_text
+
+
+def test_compile_layers_needs_a_sampler_that_leaves_the_layers_alone():
+    from agentrl.rollout.samplers import SAMPLERS
+
+    with pytest.raises(ValueError, match="compile_layers.*--sampler fast"):
+        RLConfig(compile_layers=True, sampler="hf")
+    assert RLConfig(compile_layers=True, sampler="fast").compile_layers
+    assert [n for n, s in SAMPLERS.items() if not s.runs_layer_forward] == ["fast"]
+
+
+@pytest.mark.slow
+def test_compile_layers_trains_one_step_with_the_layers_compiled(tmp_path, monkeypatch):
+    """--compile-layers: the session compiles every decoder layer before the first update (tiny-qwen3, CPU)."""
+    import agentrl.rl.update as update
+    from agentrl.io.results import validate_results
+    from agentrl.rl.trainer import train
+
+    compiled = []
+    real = update.compile_decoder_layers
+    monkeypatch.setattr(update, "compile_decoder_layers", lambda model, **kw: compiled.append(real(model, **kw)) or compiled[-1])
+    cfg = RLConfig(env="edit-menu", compile_layers=True, sampler="fast", steps=1, prompts_per_step=2, group_size=2,
+                   eval_size=1, eval_n=1, train_size=4, max_new_tokens=8, micro=2, n_boot=100, out=str(tmp_path / "r"))
+    data = validate_results(train(cfg))
+    assert compiled == [2] and data["status"] == "completed" and data["config"]["compile_layers"] is True

@@ -50,7 +50,8 @@ def check_data_parallel(cfg: RLConfig) -> None:
     """ValueError for what a data-parallel run does not support (named, with what to do instead)."""
     unsupported = {"lora_r": "LoRA adapters", "agent": "black-box agents (--agent)",
                    "async_rollouts": "--async-rollouts (use --rollout-workers for generation beside training)",
-                   "rollout_workers": "--rollout-workers", "ray_graders": "--ray-graders"}
+                   "rollout_workers": "--rollout-workers", "ray_graders": "--ray-graders",
+                   "compile_layers": "--compile-layers"}
     for name, what in unsupported.items():
         if getattr(cfg, name, None):
             raise ValueError(f"torchrun data parallel does not support {what} yet; run it without torchrun")

@@ -499,12 +499,14 @@ class RunSession:
         from agentrl.io.results import RunResults
         from agentrl.models.lora import AdapterOffReference
         from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
-        from agentrl.rl.update import enable_gradient_checkpointing
+        from agentrl.rl.update import compile_decoder_layers, enable_gradient_checkpointing
 
         model, tok, device, schemas = inputs.model, inputs.tokenizer, inputs.device, inputs.tool_schemas
         log.info("model %s on %s in %s (--dtype %s)", cfg.model, device, inputs.dtype, cfg.dtype)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
+        if cfg.compile_layers and cfg.steps > 0:
+            log.info("compiled %d decoder layers for the update (--compile-layers)", compile_decoder_layers(model))
         model = _with_lora(cfg, model)
         trainable = [p for p in model.parameters() if p.requires_grad]
         if not trainable and cfg.steps > 0:
