@@ -272,3 +272,15 @@ def test_non_finite_numbers_are_refused_and_never_break_a_trace(served):
     status, data = raw(http_, "GET", "/rollouts/nan/trace")
     assert status == 200
     assert len(json.loads(data, parse_constant=lambda c: pytest.fail(f"{c} in the trace"))["calls"]) == 1
+
+
+def test_bad_rollout_budgets_are_400s_that_say_which_field(served):
+    srv, http_, _ = served
+    cases = {'{"max_calls": "5"}': "max_calls must be an integer", '{"max_calls": true}': "max_calls must be an integer",
+             '{"max_wall_s": "soon"}': "max_wall_s must be a number", '{"max_calls": 0}': "every limit must be positive",
+             '{"bogus": 1}': "unknown rollout budget field(s) ['bogus']; known: max_calls", "[1]": "is a JSON object"}
+    for i, (body, needle) in enumerate(cases.items()):
+        status, data = raw(http_, "POST", f"/rollouts/bb{i}", body.encode())
+        assert status == 400 and needle in json.loads(data)["error"]["message"], body
+        assert f"bb{i}" not in srv.rollout_ids()
+    assert raw(http_, "POST", "/rollouts/ok-budget", b"{}")[0] == 200  # empty: the server's own budget

@@ -139,7 +139,7 @@ def _rollout_routes(app: FastAPI, server: PolicyServer) -> None:
     async def open_rollout(rollout_id: str, request: Request):
         try:
             body = await _read_json(request, 1 << 16) if int(request.headers.get("content-length") or 0) else {}
-            budget = RolloutBudget(**body) if body else None
+            budget = RolloutBudget.from_json(body) if body not in ({}, None) else None  # none: the server's
             server.open_rollout(rollout_id, budget)
         except RequestError as e:
             return _error(e)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -60,8 +61,32 @@ class RolloutBudget:
     max_wall_s: float = 900.0
 
     def __post_init__(self):
-        if self.max_calls < 1 or self.max_completion_tokens < 1 or not self.max_wall_s > 0:
-            raise ValueError(f"bad RolloutBudget {self}: every limit must be positive")
+        for name in ("max_calls", "max_completion_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"RolloutBudget.{name} must be an integer, got {v!r}")
+        if isinstance(self.max_wall_s, bool) or not isinstance(self.max_wall_s, (int, float)):
+            raise ValueError(f"RolloutBudget.max_wall_s must be a number of seconds, got {self.max_wall_s!r}")
+        if self.max_calls < 1 or self.max_completion_tokens < 1 or not 0 < self.max_wall_s < math.inf:
+            raise ValueError(f"bad RolloutBudget {self}: every limit must be positive (and finite)")
+
+    @classmethod
+    def from_json(cls, body: Any) -> RolloutBudget:
+        """A budget from a request body: an object with some of the fields (missing ones: defaults).
+
+        Raises:
+            ValueError: not an object, an unknown field (named, with the known ones), or a bad value.
+        """
+        if not isinstance(body, dict):
+            raise ValueError(f"a rollout budget is a JSON object with some of {', '.join(_BUDGET_FIELDS)}; "
+                             f"got {type(body).__name__}")
+        unknown = sorted(set(body) - set(_BUDGET_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown rollout budget field(s) {unknown}; known: {', '.join(_BUDGET_FIELDS)}")
+        return cls(**body)
+
+
+_BUDGET_FIELDS = ("max_calls", "max_completion_tokens", "max_wall_s")
 
 
 @dataclass
