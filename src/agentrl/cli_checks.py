@@ -102,6 +102,8 @@ def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     p = Path(path)
     _reject_dot_names(p, flag)
     if p.is_dir():
+        if p.suffix:  # a file name (report.html, tasks.jsonl) taken by a directory
+            raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file there (move the directory aside)")
         raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file path such as {str(p / 'tasks.jsonl')!r}")
     blocker = _existing_file_ancestor(p)
     if blocker is not None:

@@ -36,6 +36,19 @@ def test_report_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "results file not found" in capsys.readouterr().err
 
 
+def test_report_whose_output_places_are_taken_is_one_line_and_writes_nothing(tmp_path, capsys):
+    build_synthetic(tmp_path / "r.json")
+    (tmp_path / "plots").write_text("not a folder")
+    assert main(["report", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "error: plots folder" in err and "is a file; expected a directory" in err and "Traceback" not in err
+    (tmp_path / "plots").unlink()
+    (tmp_path / "report.html").mkdir()
+    assert main(["report", "--html", str(tmp_path / "r.json")]) == 2
+    assert "report.html' is a directory; expected a file there" in capsys.readouterr().err
+    assert not (tmp_path / "plots").exists()  # checked before anything was drawn
+
+
 def test_log_tees_to_file(tmp_path):
     logger = setup_logging(tmp_path / "train.log", console=False)
     log_config(logger, {"lr": 1e-6, "group_size": 8})

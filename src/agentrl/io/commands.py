@@ -105,11 +105,19 @@ def report_main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from agentrl.cli_checks import check_output_dir, check_output_file
     from agentrl.io.plots import plot_results, plots_dir
     from agentrl.io.results import validate_results
 
     path = args.results / "results.json" if args.results.is_dir() else args.results
     data = validate_results(path)
+    # Every output place is checked before anything is drawn: a plots/ that is a file, or a report.html
+    # that is a directory, is one error line instead of an OSError from inside matplotlib or os.replace.
+    plot_dir = args.out_dir or plots_dir(path.parent)
+    if not args.no_plots:
+        check_output_dir(plot_dir, "--out-dir" if args.out_dir else "plots folder")
+    if args.html:
+        check_output_file(path.parent / "report.html", "report")
     table = Table(title=f"agentrl report: {path}")
     table.add_column("item")
     table.add_column("value")
@@ -119,7 +127,7 @@ def report_main(args: argparse.Namespace) -> int:
     console.print(table)
     drawn = None
     if not args.no_plots:
-        drawn = plot_results(data, args.out_dir or plots_dir(path.parent))
+        drawn = plot_results(data, plot_dir)
         for p in drawn:
             console.print(f"wrote {p}")
     if args.html:
