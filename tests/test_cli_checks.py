@@ -151,6 +151,15 @@ def test_run_out_in_an_unwritable_directory_is_one_line(command, capsys):
     assert ".lock" not in err and "Traceback" not in err
 
 
+def test_sft_save_jsonl_that_cannot_be_written_is_refused_before_anything_runs(tmp_path, a_file, capsys):
+    for bad, why in ((tmp_path, "is a directory"), (a_file / "t.jsonl", "is under the file")):
+        assert main(["sft", "--n-tasks", "1", "--device", "cpu", "--out", str(tmp_path / "o"),
+                     "--save-jsonl", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"agentrl sft: error: --save-jsonl {str(bad)!r} {why}" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # refused before the model loaded or the output folder was made
+
+
 def test_positive_int():
     assert positive_int("3") == 3
     for bad in ("0", "-1", "x", "2.5"):

@@ -211,6 +211,10 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.sft.data import save_trajectories
     from agentrl.sft.trainer import policy_nll, save_policy, sft
 
+    if run.save_jsonl:  # before the model loads and the expert plays, not after
+        from agentrl.cli_checks import check_output_file
+
+        check_output_file(run.save_jsonl, "--save-jsonl")
     if not run.from_jsonl and run.n_tasks < 1:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
     if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():

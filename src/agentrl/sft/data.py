@@ -194,16 +194,25 @@ def trajectory_record(traj: Trajectory, *, transcript: bool = True) -> dict[str,
 
 def save_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike, *, transcript: bool = True) -> int:
     """Write one JSON object per line (fields: task_id, prompt_ids, completion_ids, policy_mask, reward,
-    optional end_reason and transcript); parent folders are created. Returns the number written."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    optional end_reason and transcript); parent folders are created. Returns the number written.
+
+    Raises:
+        ValueError: `path` is a directory, lies under a file, or cannot be written (names `path`).
+    """
+    from agentrl.cli_checks import check_output_file
+
+    p = check_output_file(path, "trajectory file")
     n = 0
     tmp = p.with_name(p.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for traj in trajs:
-            f.write(json.dumps(trajectory_record(traj, transcript=transcript), ensure_ascii=False) + "\n")
-            n += 1
-    os.replace(tmp, p)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for traj in trajs:
+                f.write(json.dumps(trajectory_record(traj, transcript=transcript), ensure_ascii=False) + "\n")
+                n += 1
+        os.replace(tmp, p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"trajectory file {str(p)!r}: cannot write it ({e.strerror or e})") from None
     return n
 
 
