@@ -84,3 +84,12 @@ def test_zero_or_negative_counts_and_empty_files_are_errors_not_a_failed_check(t
     err = capsys.readouterr().err
     assert "no tasks to check" in err and "FAILED" not in err
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_more_tasks_than_a_family_has_says_which_flag_to_lower():
+    from agentrl.tasks.generate import family_stream, resolve_families
+
+    (fam,) = resolve_families(["zero"])  # a few hundred held-out instances: quick to exhaust
+    with pytest.raises(ValueError, match=r"ran out of distinct heldout instances after \d+: ask for fewer tasks"):
+        for _ in family_stream(fam, 0, "heldout"):
+            pass

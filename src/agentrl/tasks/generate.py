@@ -141,7 +141,8 @@ def family_stream(family: Family, seed: int, split: str) -> Iterator[Task]:
         if key in seen or split_of(key) != split:
             misses += 1
             if misses > MAX_CONSECUTIVE_MISSES:
-                raise ValueError(f"family {family.name!r} ran out of distinct {split} instances after {len(seen)}")
+                raise ValueError(f"family {family.name!r} ran out of distinct {split} instances after {len(seen)}: "
+                                 f"ask for fewer tasks per family (--train-size / --eval-size / --n)")
             continue
         misses = 0
         seen.add(key)
