@@ -99,10 +99,13 @@ def check_logprobs(model, device: str, pad_id: int) -> str:
             f"max {d.max():.2e}; greedy tokens with graphs == without: {same}")
 
 
-def run_ours(model, contexts, steps, pad_id, repeats: int, device: str) -> tuple[float, float]:
-    """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run)."""
+def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False) -> tuple[float, float]:
+    """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run).
+
+    keep_kv off by default: a kept row's KV is cloned out of the static cache when it finishes (the multi-turn
+    reuse bench_reuse.py measures), a copy of every row's whole context per call that is not decoding."""
     fs = FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps),
-                     max_batch=len(contexts))
+                     max_batch=len(contexts), keep_kv=keep_kv)
     budgets = [steps] * len(contexts)
     fs(contexts, budgets)  # warm-up: allocates the cache, captures the graphs
     times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
@@ -131,7 +134,7 @@ def one_batch(model, args, batch: int, table: Table) -> None:
     row = {"batch": batch, "ctx": args.ctx, "steps": args.steps}
     free(args.device)
     try:
-        ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device)
+        ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device, args.keep_kv)
         row.update(ours_tok_s=n_tok / ours_s, ours_dec_tok_s=batch * (args.steps - 1) / max(ours_s - ours_pre, 1e-9),
                    ours_peak_gib=peak_gib(args.device))
     except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
@@ -182,6 +185,8 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="timed runs of ours (median)")
     p.add_argument("--bw-tbs", dest="bw_tbs", type=float, default=4.3, help="memory bandwidth, TB/s")
     p.add_argument("--skip-hf", dest="skip_hf", action="store_true")
+    p.add_argument("--keep-kv", dest="keep_kv", action="store_true",
+                   help="FastSampler keep_kv on (clones each finished row's KV for a next turn; off: decoding only)")
     p.add_argument("--hf-batches", dest="hf_batches", type=int, nargs="+", default=None,
                    help="batches at which plain generate also runs (default: every batch; issue 15's ratio is at 128)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
@@ -190,7 +195,8 @@ def main() -> int:
         p.error("--steps must be >= 2")
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     meta = device_meta(args.device) | {"dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
-                                      "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs}
+                                      "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
+                                      "keep_kv": args.keep_kv}
     table = Table("bench_rollout", COLUMNS, meta)
     if not args.no_check:
         try:
