@@ -108,10 +108,12 @@ def test_kill_minus_nine_then_resume(tmp_path):
     # one kill at a random moment, then a clean resume to the end
     rc, err = part(tmp_path, "none", 0, resume=True, random_kill_s=random.Random(0).uniform(4, 12))
     parts += 1
-    if rc == -signal.SIGKILL:
+    if rc == -signal.SIGKILL and validate_results(out / "results.json")["status"] != "completed":
         check_after_kill(out, held)
         rc, err = part(tmp_path, "none", 0, resume=True)
         parts += 1
+    elif rc == -signal.SIGKILL:  # killed after the final results write (while drawing plots): nothing lost
+        rc = 0
     assert rc == 0, err[-2000:]
     data = validate_results(out / "results.json")
     assert data["status"] == "completed"
@@ -132,7 +134,10 @@ def test_interrupted_run_prints_how_to_resume(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "agentrl", "train", "--env", "edit-menu", "--eval-size", "1",
                              "--eval-n", "1", "--steps", "50", "--prompts-per-step", "1", "--group-size", "2",
                              "--max-new-tokens", "4", "--n-boot", "50", "--checkpoint-every", "1",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # a job a non-interactive shell starts in the background (as CI may run the suite)
+                            # inherits SIGINT ignored, and Python then leaves it ignored: restore the default
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 400
     while time.time() < deadline and latest_checkpoint(out / "checkpoints") is None:
         time.sleep(0.5)
