@@ -50,11 +50,14 @@ class RLConfig:
     """
 
     # -- what to train on
-    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny Qwen3), or "
-                                  "'smollm2-135m-instruct' (fetched by `agentrl assets fetch smollm2-135m-instruct`).")
+    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny Qwen3), or a "
+                                  "fetched model: 'smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct', "
+                                  "'qwen2.5-coder-1.5b-instruct' (`agentrl assets fetch NAME`).")
     env: str = _f("coding-tools", _env_help())
     tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
+    eval_families: str = _f("", "Comma-separated bug-fix families of the held-out set (empty = the --families, or "
+                                "the write-up's five). Families never trained on measure transfer to unseen bugs.")
     train_size: int = _f(256, "Training tasks: generated bug-fix instances, or a cap on a dataset's train split (0 = all).")
     eval_size: int = _f(0, "Held-out tasks (0 = the source's default: bugfix 2 per write-up family = 10, mbpp 64, "
                            "humaneval all 164, wordle 20).")

@@ -210,7 +210,7 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
 def run_task_sets(cfg: RLConfig) -> TaskSets:
     """The run's training and held-out tasks, as cfg selects them (deterministic in cfg.seed)."""
     return task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                     randomize=cfg.randomize_names, seed=cfg.seed,
+                     eval_families=cfg.eval_families, randomize=cfg.randomize_names, seed=cfg.seed,
                      reward_includes_shown_test=cfg.reward_includes_shown_test)
 
 

@@ -36,12 +36,13 @@ def _rename_all(tasks: list[Task], seed: int) -> list[Task]:
     return [randomize_names(t, random.Random(f"{seed}:{t.id}")) if t.family in FAMILIES else t for t in tasks]
 
 
-def _bugfix(train_size: int, eval_size: int, families: list[str] | None, seed: int) -> tuple[list, list]:
+def _bugfix(train_size: int, eval_size: int, families: list[str] | None, seed: int,
+           eval_families: list[str] | None = None) -> tuple[list, list]:
     from agentrl.tasks import WRITEUP_FAMILY_NAMES, heldout_tasks, make_tasks
 
     train = make_tasks(train_size or 256, families=families, seed=seed, split="train")
-    eval_fams = list(families) if families else list(WRITEUP_FAMILY_NAMES)
-    k = eval_size or (2 * len(eval_fams) if families else DEFAULT_EVAL_SIZE["bugfix"])
+    eval_fams = list(eval_families or families or WRITEUP_FAMILY_NAMES)
+    k = eval_size or (2 * len(eval_fams) if (families or eval_families) else DEFAULT_EVAL_SIZE["bugfix"])
     held = heldout_tasks(n_per_family=math.ceil(k / len(eval_fams)), families=eval_fams, seed=seed)
     return train, held[:k]
 
@@ -50,7 +51,7 @@ def _cap(tasks: list[Task], n: int) -> list[Task]:
     return tasks[:n] if n else tasks
 
 
-def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families: str = "",
+def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families: str = "", eval_families: str = "",
               randomize: bool = True, seed: int = 0, reward_includes_shown_test: bool = False) -> TaskSets:
     """Build the train and held-out sets for `source`.
 
@@ -59,6 +60,8 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
         train_size: bugfix: instances to generate (0: 256); datasets: cap on the train split (0: all).
         eval_size: held-out tasks (0: DEFAULT_EVAL_SIZE[source]; a JSONL file: all its held-out tasks).
         families: comma-separated bug-fix families ("" = all); only for "bugfix".
+        eval_families: comma-separated bug-fix families of the held-out set ("" = `families`, else the
+            write-up's five); only for "bugfix". Families outside `families` measure transfer to unseen bugs.
         randomize: rename functions (bug-fix tasks only; dataset tasks keep their names, which the
             tests call).
         seed: generation and renaming seed.
@@ -70,10 +73,12 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
         FileNotFoundError: a dataset or task file that cannot be found.
     """
     fams = [f.strip() for f in families.split(",") if f.strip()] or None
-    if fams and source != "bugfix":
-        raise ValueError(f"--families applies to --tasks bugfix only, got --tasks {source!r}")
+    eval_fams = [f.strip() for f in eval_families.split(",") if f.strip()] or None
+    for flag, given in (("--families", fams), ("--eval-families", eval_fams)):
+        if given and source != "bugfix":
+            raise ValueError(f"{flag} applies to --tasks bugfix only, got --tasks {source!r}")
     if source == "bugfix":
-        train, held = _bugfix(train_size, eval_size, fams, seed)
+        train, held = _bugfix(train_size, eval_size, fams, seed, eval_fams)
     elif source == "mbpp":
         from agentrl.tasks.mbpp import load_mbpp
 

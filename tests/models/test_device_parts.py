@@ -1,0 +1,50 @@
+"""scripts/device_parts.sh: a file split into parts for size-limited transfers and joined back, checked."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device_parts.sh"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_split_then_join_gives_the_file_back_and_a_damaged_part_is_named(tmp_path):
+    blob = os.urandom(5 * (1 << 20) + 12345)  # 5 MiB and a bit: 3 parts of 2 MiB
+    src = tmp_path / "model.gguf"
+    src.write_bytes(blob)
+    parts = tmp_path / "parts"
+    r = _run("split", str(src), str(parts), "2")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in parts.iterdir())
+    assert names == ["model.gguf.part00", "model.gguf.part01", "model.gguf.part02", "model.gguf.sha256"]
+    assert (parts / "model.gguf.part00").stat().st_size == 2 << 20
+    manifest = (parts / "model.gguf.sha256").read_text().splitlines()
+    assert manifest[-1] == f"{hashlib.sha256(blob).hexdigest()}  model.gguf"
+    out = tmp_path / "there" / "model.gguf"
+    out.parent.mkdir()
+    r = _run("join", str(parts), "model.gguf", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == blob and "joined 3 parts" in r.stdout
+    damaged = bytearray((parts / "model.gguf.part01").read_bytes())
+    damaged[7] ^= 0xFF
+    (parts / "model.gguf.part01").write_bytes(bytes(damaged))
+    out.unlink()
+    r = _run("join", str(parts), "model.gguf", str(out))
+    assert r.returncode == 2 and "model.gguf.part01: FAILED" in r.stdout + r.stderr and not out.exists()
+    (parts / "model.gguf.part02").unlink()
+    r = _run("join", str(parts), "model.gguf", str(out))
+    assert r.returncode == 2 and "missing or damaged" in r.stderr
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    assert "no such file" in _run("split", str(tmp_path / "nope"), str(tmp_path)).stderr
+    (tmp_path / "f").write_bytes(b"x")
+    assert "positive integer" in _run("split", str(tmp_path / "f"), str(tmp_path / "d"), "0").stderr
+    assert "no manifest" in _run("join", str(tmp_path), "f", str(tmp_path / "o")).stderr
+    assert _run("frobnicate").returncode == 2
