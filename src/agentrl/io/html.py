@@ -259,6 +259,17 @@ def _config_section(data: dict[str, Any]) -> str:
               f"schema version {_esc(data.get('schema_version'))}</p></div></div></section>")
 
 
+def _warnings_section(data: dict[str, Any]) -> str:
+    """The run-health warnings (agentrl.rl.health), or "" when the run had none."""
+    warnings = data.get("warnings") or []
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{_esc(w.get('message', ''))}</li>" for w in warnings)
+    return (f'<section id="warnings"><h2>Warnings</h2><p class="down">{len(warnings)} step'
+            f'{"s" * (len(warnings) > 1)} jumped against the run\'s recent steps; read the transcripts of the steps '
+            f'named (a learning rate too high shows here first).</p><ul>{items}</ul></section>')
+
+
 def render_html(data: dict[str, Any], *, title: str | None = None, plots: list[Path] | None = None) -> str:
     """The report page of a (validated) results dict, as one self-contained HTML string.
 
@@ -269,7 +280,7 @@ def render_html(data: dict[str, Any], *, title: str | None = None, plots: list[P
     cfg = data.get("config") or {}
     title = title or f"agentrl run: {cfg.get('out') or 'results'}"
     imgs = _plots(data, plots)
-    sections = [_summary(data), _warm_start_section(data, imgs), _eval_section(data, imgs), _training_section(data, imgs), _tools_section(data, imgs),
+    sections = [_summary(data) + _warnings_section(data), _warm_start_section(data, imgs), _eval_section(data, imgs), _training_section(data, imgs), _tools_section(data, imgs),
                 '<section id="transcripts"><h2>Transcripts</h2>' + transcript_browser(data.get("transcripts") or [])
                 + "</section>", _config_section(data)]
     links = (("summary", "Summary"), ("warm_start", "Warm start"), ("eval", "Evaluation"), ("training", "Training"),

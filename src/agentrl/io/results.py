@@ -187,6 +187,12 @@ class RunResults:
             self.data["wall_clock_s"] = sum(parts)
         return atomic_write_json(self.path, self.data)
 
+    def add_warning(self, warning: dict[str, Any]) -> None:
+        """Append one run-health warning (agentrl.rl.health.step_warnings: step, kind, metric, value,
+        baseline, message) to the `warnings` list and rewrite the file."""
+        self.data.setdefault("warnings", []).append(to_json_ready(warning))
+        self.write()
+
     def add_step(self, step: int, metrics: dict[str, float | int | None]) -> None:
         """Append one step's scalar metrics (step must increase) and rewrite the file."""
         if self.data["steps"] and step <= self.data["steps"][-1]["step"]:

@@ -285,6 +285,17 @@ RESULTS_SCHEMA: dict[str, Any] = {
             "budget_s": _num("the time budget (cfg.max_train_s)", "s"),
         }}, "present only when training stopped before its planned steps; the evaluation after still ran",
             "object"),
+        "warnings": _d({"type": "array", "items": {"type": "object", "required": ["step", "kind", "message"],
+                                                  "properties": {
+            "step": _d({"type": "integer"}, "the training step that jumped (0-based)", "index"),
+            "kind": _d({"type": "string", "enum": ["malformed_calls", "end_reason", "logprob_gap", "reward_collapse"]},
+                       "what jumped (agentrl.rl.health)", "text"),
+            "metric": _d({"type": "string"}, "the per-step metric that jumped", "text"),
+            "value": _num("its value at that step", "the metric's unit"),
+            "baseline": _num("median of up to 5 steps before", "the metric's unit"),
+            "message": _d({"type": "string"}, "the warning as logged", "text"),
+        }}}, "run-health warnings: steps whose malformed-call rate, end reasons, sampler/trainer log-prob gap "
+             "or reward jumped against the run's recent steps (present only when one fired)", "list"),
         "chat_template": _d({"type": "object", "required": ["name", "sha256", "source"], "properties": {
             "name": _d({"type": "string"}, "the chat template used (the model's own or a bundled one)", "text"),
             "sha256": _d({"type": "string"}, "sha256 of the template text", "text"),

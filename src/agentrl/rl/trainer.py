@@ -24,6 +24,7 @@ from agentrl.eval.report import EvalReport, paired_difference
 from agentrl.io.trackers import eval_metrics, step_metrics
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
+from agentrl.rl.health import step_warnings
 from agentrl.rl.offpolicy import correct_stale_batch
 from agentrl.rl.scoring import episode_advantages, outcome_metrics
 from agentrl.rl.session import RunSession
@@ -258,6 +259,9 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
         for step, metrics in steps:
             sess.progress.advance(steps_bar)
             sess.results.add_step(step, metrics)
+            for warning in step_warnings(sess.results.data["steps"][:-1], metrics, step=step):
+                log.warning("run health: %s", warning["message"])
+                sess.results.add_warning(warning)
             sess.tracker.log(step_metrics(metrics), step + 1)  # global step = steps completed, as in TRL
             _log_step(step, metrics)
             done = step + 1
