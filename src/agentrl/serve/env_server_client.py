@@ -19,6 +19,8 @@ from agentrl.serve.env_server_types import (
     AgentrlObservation,
     AgentrlState,
     ToolCallModel,
+    check_reset_params,
+    check_step_params,
     step_result_from_observation,
 )
 from agentrl.tasks.task import Task
@@ -28,8 +30,20 @@ class AgentrlEnvClient(EnvClient[AgentrlAction, AgentrlObservation, AgentrlState
     """OpenEnv's EnvClient for `agentrl serve` (what an OpenEnv environment's `client.py` holds).
 
     `reset(task_id=..., split=..., index=..., seed=...)`, `step(AgentrlAction(...))`, `state()`; async by
-    default, `.sync()` for blocking use (OpenEnv's own wrapper).
+    default, `.sync()` for blocking use (OpenEnv's own wrapper). Parameters are checked here exactly as
+    the server checks them (check_reset_params / check_step_params): a bad one raises ParameterError
+    before anything is sent.
     """
+
+    async def _reset_async(self, **kwargs: Any) -> OpenEnvStepResult[AgentrlObservation]:
+        params = check_reset_params(kwargs).model_dump(exclude_none=True)
+        return await super()._reset_async(**params)
+
+    async def _step_async(self, action: AgentrlAction, **kwargs: Any) -> OpenEnvStepResult[AgentrlObservation]:
+        check_step_params(kwargs)  # OpenEnv's WebSocket step sends the action only; these are checked, not sent
+        if not isinstance(action, AgentrlAction):
+            action = AgentrlAction.model_validate(action)  # pydantic ValidationError naming the field
+        return await super()._step_async(action)
 
     def _step_payload(self, action: AgentrlAction) -> dict[str, Any]:
         return action.model_dump(exclude_none=True)
