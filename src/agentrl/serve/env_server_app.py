@@ -221,7 +221,12 @@ class ParamGate:
             if len(body) > self.max_body_bytes:
                 await _json_answer(send, 413, f"request body over the {self.max_body_bytes}-byte limit")
                 return
-        why = _param_error(path, bytes(body))
+        if len(body) > 1 << 16:  # parsing a large body would hold the event loop: a worker thread does it
+            import anyio.to_thread
+
+            why = await anyio.to_thread.run_sync(_param_error, path, bytes(body))
+        else:
+            why = _param_error(path, bytes(body))
         if why:
             await _json_answer(send, 400, why)
             return

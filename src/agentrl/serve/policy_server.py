@@ -64,9 +64,10 @@ class RolloutBudget:
         for name in ("max_calls", "max_completion_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"RolloutBudget.{name} must be an integer, got {v!r}")
+                raise ValueError(f"RolloutBudget.{name} must be an integer, got {type(v).__name__} {repr(v)[:80]}")
         if isinstance(self.max_wall_s, bool) or not isinstance(self.max_wall_s, (int, float)):
-            raise ValueError(f"RolloutBudget.max_wall_s must be a number of seconds, got {self.max_wall_s!r}")
+            w = self.max_wall_s
+            raise ValueError(f"RolloutBudget.max_wall_s must be a number of seconds, got {type(w).__name__} {repr(w)[:80]}")
         if self.max_calls < 1 or self.max_completion_tokens < 1 or not 0 < self.max_wall_s < math.inf:
             raise ValueError(f"bad RolloutBudget {self}: every limit must be positive (and finite)")
 
