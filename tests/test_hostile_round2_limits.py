@@ -108,3 +108,14 @@ def _task() -> Task:
     return Task(id="limits-0", family="limits", split="train", files={"one.py": src, "test_one.py":
                 "from one import one\n\n\ndef test_1():\n    assert one() == 1\n"}, entry="one", source_file="one.py",
                 public_tests=("assert one() == 1",), hidden_tests=("assert one() == 1",), reference=src)
+
+
+def test_grading_names_the_per_test_and_memory_limits(sandbox):
+    job = TestJob(files={"m.py": "def spin():\n    while True:\n        pass\n"}, module="m",
+                  tests=("import time\ntime.sleep(30)", "x = bytearray(1 << 30)"), timeout_s=8.0)
+    fast = SandboxLimits(timeout_s=8.0, cpu_s=5, memory_bytes=256 << 20, test_timeout_s=1.0)
+    with Sandbox(fast) as sb:
+        report = sb.run_tests(job)
+    (slow, big) = report.outcomes
+    assert (slow.status, slow.message) == ("timeout", "[stopped: wall-clock limit of 1 s per test reached]")
+    assert (big.status, big.message) == ("error", "[stopped: memory limit of 256 MiB reached]")

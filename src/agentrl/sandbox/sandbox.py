@@ -221,15 +221,16 @@ def exit_reason(exit_code: int | None) -> str:
     return f"{why} ({name}, exit code {exit_code})"
 
 
-def _start_error(raw: RawRun, module: str) -> str:
+def _start_error(raw: RawRun, module: str, run: RunResult) -> str:
     names = {ev.get("ev") for ev in raw.events}
     tail = raw.stderr.strip()[-800:]
     if raw.error:
         return raw.error
     if "started" not in names:
         return f"the sandboxed process did not start ({exit_reason(raw.exit_code)}): {tail}"
-    if raw.timed_out:
-        return f"timed out while importing {module!r}"
+    stopped = [h for h in run.limits_hit if h.stopped]
+    if stopped:
+        return f"{notices(stopped)} while importing {module!r}"
     return f"the process ended while importing {module!r} ({exit_reason(raw.exit_code)}): {tail}"
 
 
@@ -243,7 +244,7 @@ def build_report(raw: RawRun, job: TestJob, run: RunResult) -> TestReport:
         err = f"import of {job.module!r} failed: {msg}"
         return TestReport(tuple(TestOutcome(i, "error", err) for i in range(n)), run, err)
     if "imported" not in names:
-        err = _start_error(raw, job.module)
+        err = _start_error(raw, job.module, run)
         return TestReport(tuple(TestOutcome(i, "error", err) for i in range(n)), run, err)
     got: dict[int, TestOutcome] = {}
     conflict = None
