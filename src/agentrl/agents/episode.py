@@ -224,6 +224,7 @@ class BlackBoxRunner:
         if run.stopped == "interrupted":
             return None, "interrupted"
         if run.timed_out:
+            log.warning("task %s: harness %s", task.id, " ".join(h.notice() for h in run.limits_hit) or "timed out")
             return None, "harness_timeout"
         if trace.budget_exceeded:
             return None, f"budget_{trace.budget_exceeded}"

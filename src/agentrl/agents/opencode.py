@@ -184,6 +184,8 @@ class HarnessRun:
         stderr_tail: the last 4000 characters of stderr.
         error: why it could not start ("" otherwise).
         stopped: why it was killed early by `stop()` ("" otherwise).
+        limits_hit: the limits that stopped it, in the sandbox's one wording (LimitHit.notice(), e.g.
+            "[stopped: wall-clock limit of 600 s reached]").
     """
 
     returncode: int | None
@@ -193,6 +195,7 @@ class HarnessRun:
     stderr_tail: str
     error: str = ""
     stopped: str = ""
+    limits_hit: tuple[Any, ...] = ()
 
 
 def _events(stdout: str) -> tuple[dict[str, Any], ...]:
@@ -237,5 +240,9 @@ def run_harness(launch: Launch, timeout_s: float, stop: Callable[[], str] | None
                     pass
                 out, err = proc.communicate()
                 break
-    return HarnessRun(proc.returncode, timed_out and not stopped, time.monotonic() - t0, _events(out or ""),
-                      (err or "")[-4000:], stopped=stopped)
+    from agentrl.sandbox.api import LimitHit
+
+    timed_out = timed_out and not stopped
+    hits = (LimitHit("wall", float(timeout_s), True),) if timed_out else ()
+    return HarnessRun(proc.returncode, timed_out, time.monotonic() - t0, _events(out or ""),
+                      (err or "")[-4000:], stopped=stopped, limits_hit=hits)

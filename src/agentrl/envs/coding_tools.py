@@ -30,6 +30,7 @@ from agentrl.envs.toolenv import (
     ToolSpec,
     object_schema,
 )
+from agentrl.sandbox.api import LIMIT_STATS
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -43,7 +44,7 @@ STAT_NAMES = (
     "reads", "edits", "writes", "bash_calls", "test_runs",
     "edit_before_read", "edit_missing_old_string", "edit_identical_strings", "edit_not_unique",
     "write_before_read", "write_overwrites_source", "write_overwrites_test", "write_creates_file",
-    "claims_tests_pass", "sandbox_errors",
+    "claims_tests_pass", "sandbox_errors", *LIMIT_STATS.values(),
 )
 _NEG = re.compile(r"\b(?:not|never|no longer|fail\w*|cannot|unable|unfortunately)\b|n't", re.I)
 _CLAIM = re.compile(r"\btests?\b[^.!?\n]{0,40}?\b(?:pass(?:es|ed|ing)?|succeed\w*|green)\b", re.I)
@@ -252,6 +253,8 @@ class CodingToolsEnv(SourceGradedEnv):
             if self.files.get(path) != text:
                 self.files[path] = text
                 self._read.discard(path)  # changed behind the agent's back: read it again before editing
+        for hit in result.limits_hit:
+            self._bump(hit.stat)
         if result.error and not result.timed_out:  # the sandbox could not run the command at all
             raise BashError(_format_run(result))
         return _format_run(result), result.exit_code == 0 and not result.timed_out, cwd
@@ -272,14 +275,16 @@ def posixpath_basename(path: str) -> str:
 
 
 def _format_run(result: Any) -> str:
-    """Bash output: stdout, stderr, then a note for a timeout, sandbox error or non-zero exit."""
+    """Bash output: stdout, stderr, then each limit the command reached in the sandbox's one wording
+    ("[stopped: CPU-time limit of 5 s reached]"), else a sandbox error or a non-zero exit code."""
     parts = [result.stdout.rstrip("\n"), result.stderr.rstrip("\n")]
-    if result.timed_out:
-        parts.append(f"[command timed out after {result.wall_clock_s:.1f} s]")
-    elif result.error:
-        parts.append(f"[sandbox error: {result.error}]")
-    elif result.exit_code not in (0, None):
-        parts.append(f"[exit code {result.exit_code}]")
+    hits = tuple(getattr(result, "limits_hit", ()))
+    parts += [h.notice() for h in hits]
+    if not any(h.stopped for h in hits):
+        if result.error:
+            parts.append(f"[sandbox error: {result.error}]")
+        elif result.exit_code not in (0, None):
+            parts.append(f"[exit code {result.exit_code}]")
     return "\n".join(p for p in parts if p)
 
 

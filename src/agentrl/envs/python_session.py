@@ -19,7 +19,7 @@ from agentrl.envs.registry import EnvSpec
 from agentrl.envs.session_grader import hardened_job
 from agentrl.envs.session_grader import parse_quietly as _parse
 from agentrl.envs.toolenv import DEFAULT_MAX_CALLS_PER_TURN, ToolEnv, ToolRejected, ToolSpec, object_schema
-from agentrl.sandbox.api import TestJob
+from agentrl.sandbox.api import LIMIT_STATS, TestJob
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -93,7 +93,8 @@ class PythonSessionEnv(ToolEnv):
                          object_schema({"code": code}, ("code",)), self._run_python)]
 
     def _stat_names(self) -> tuple[str, ...]:
-        return ("cells", "cell_errors", "cell_timeouts", "session_restarts", "blocked_imports", "sandbox_errors")
+        return ("cells", "cell_errors", "cell_timeouts", "session_restarts", "blocked_imports", "sandbox_errors",
+                *LIMIT_STATS.values())
 
     def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
         self._close_session()
@@ -110,11 +111,14 @@ class PythonSessionEnv(ToolEnv):
         if self._session is None:
             self._session = self.sandbox.session()
         out = self._session.execute(code, timeout_s=self.cell_timeout_s)
-        lost = out.timed_out or out.error is not None  # the worker was killed mid-cell: nothing of it stays
+        killed = any(h.kind in ("cpu", "wall") for h in out.limits_hit)  # a time limit stopped the worker
+        lost = out.timed_out or killed or out.error is not None  # killed mid-cell: nothing of it stays
         if out.restarted:
             self._bump("session_restarts")
             self.cells = []  # every earlier definition is gone from the session, so from grading too
-        if out.timed_out:
+        for hit in out.limits_hit:
+            self._bump(hit.stat)
+        if out.timed_out or killed:
             self._bump("cell_timeouts")
         if not lost:
             self.cells.append(code)
@@ -158,11 +162,14 @@ class PythonSessionEnv(ToolEnv):
 
 
 def _format_cell(out: Any, timeout_s: float) -> str:
-    """stdout, stderr (the sandbox already notes restarts there), then a timeout or sandbox-error note."""
+    """stdout, stderr (the sandbox already notes restarts there), then each limit the cell reached in the
+    sandbox's one wording ("[stopped: CPU-time limit of 5 s reached]"), or a sandbox-error note."""
     parts = [out.stdout.rstrip("\n"), out.stderr.rstrip("\n")]
-    if out.timed_out:
-        parts.append(f"[timed out after {timeout_s:g} s]")
-    elif out.error:
+    hits = tuple(getattr(out, "limits_hit", ()))
+    parts += [h.notice() for h in hits]
+    if out.timed_out and not any(h.kind == "wall" for h in hits):
+        parts.append(f"[stopped: wall-clock limit of {timeout_s:g} s reached]")
+    if out.error:
         parts.append(f"[sandbox error: {out.error}]")
     return "\n".join(p for p in parts if p) or "(no output)"
 

@@ -197,8 +197,13 @@ class AgentrlTRLEnv:
         self._env.close()
 
     def __del__(self) -> None:
+        # A finalizer does no network I/O and starts no thread: an environment that would (RemoteEnv)
+        # offers release(); a local one is closed (its sandbox session's processes are stopped).
         try:
-            self._env.close()
+            env = self.__dict__.get("_env")
+            if env is not None:
+                release = getattr(env, "release", None)
+                release() if release is not None else env.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown; nothing to report to
             pass
 

@@ -99,6 +99,12 @@ TOOL_STATS: dict[str, tuple[str, str]] = {
     "blocked_imports": ("cells refused for a blocked import", "count"),
     "session_restarts": ("Python session restarts", "count"), "cell_timeouts": ("cells over the time limit", "count"),
     "cell_errors": ("cells that raised", "count"),
+    "cpu_timeouts": ("commands or cells stopped at the sandbox's CPU-time limit", "count"),
+    "wall_timeouts": ("commands or cells stopped at the wall-clock limit", "count"),
+    "memory_kills": ("commands or cells stopped at the memory limit", "count"),
+    "output_caps": ("commands or cells whose output was cut at the output limit", "count"),
+    "process_limits": ("commands or cells refused a new process (or thread) by the process limit", "count"),
+    "file_size_limits": ("commands or cells refused a write by the file-size limit", "count"),
 }
 
 

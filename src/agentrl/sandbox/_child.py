@@ -141,8 +141,12 @@ def _run_one_test(i, spec):
         _exec("from {} import *".format(spec["module"]), ns)
         _exec(_compile(spec["tests"][i], f"<test {i}>", "exec"), ns)
         return "pass", ""
-    except _TestTimeout:
-        return "timeout", "test ran past {:.1f} s".format(float(spec["test_timeout_s"]))
+    except _TestTimeout:  # the wording of agentrl.sandbox.api.LimitHit.notice (this file imports only stdlib)
+        return "timeout", "[stopped: wall-clock limit of {:g} s per test reached]".format(float(spec["test_timeout_s"]))
+    except MemoryError:
+        mem = (spec.get("limits") or {}).get("memory_bytes")
+        return "error", ("[stopped: memory limit of {:g} MiB reached]".format(mem / (1 << 20)) if mem
+                         else "MemoryError")
     except AssertionError as e:
         return "fail", _short(e)
     except BaseException as e:  # SystemExit, MemoryError, RecursionError, ...: an error, not a crash

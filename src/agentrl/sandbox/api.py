@@ -10,6 +10,43 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 TestStatus = Literal["pass", "fail", "error", "timeout"]
+LimitKind = Literal["cpu", "wall", "memory", "output", "processes", "file_size"]
+# The tool statistic that counts each kind of limit hit.
+LIMIT_STATS: dict[str, str] = {"cpu": "cpu_timeouts", "wall": "wall_timeouts", "memory": "memory_kills",
+                               "output": "output_caps", "processes": "process_limits", "file_size": "file_size_limits"}
+
+
+@dataclass(frozen=True)
+class LimitHit:
+    """A sandbox limit that a run reached (agentrl.sandbox.guarantees.limit_hits finds them).
+
+    Attributes:
+        kind: "cpu" (CPU seconds), "wall" (wall-clock seconds), "memory" (address-space bytes), "output"
+            (bytes per captured stream), "processes" (new processes), "file_size" (bytes per file).
+        value: the limit, in the kind's unit (seconds, bytes or processes).
+        stopped: the limit stopped the code (else the code went on: its output was cut, or a process or a
+            write was refused).
+    """
+
+    kind: LimitKind
+    value: float
+    stopped: bool
+
+    @property
+    def stat(self) -> str:
+        """The tool statistic that counts this kind (cpu_timeouts, wall_timeouts, memory_kills, ...)."""
+        return LIMIT_STATS[self.kind]
+
+    def notice(self) -> str:
+        """The one wording of this hit everywhere (tool output, grading messages, logs), e.g.
+        "[stopped: CPU-time limit of 10 s reached]"."""
+        v = self.value
+        what = {"cpu": f"CPU-time limit of {v:g} s", "wall": f"wall-clock limit of {v:g} s",
+                "memory": f"memory limit of {v / (1 << 20):g} MiB", "output": f"output limit of {v:g} bytes per stream",
+                "processes": f"process limit of {v:g} new processes", "file_size": f"file-size limit of {v:g} bytes"}
+        head = "stopped" if self.stopped else {"output": "output cut", "processes": "refused",
+                                               "file_size": "refused"}.get(self.kind, "limit")
+        return f"[{head}: {what[self.kind]} reached]"
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,7 @@ class RunResult:
         backend: which isolation backend ran it ("bwrap" or "rlimit").
         files: the work dir's text files after the run (path -> text) when asked for, else None.
         error: a sandbox-side failure (could not start, ...), else None.
+        limits_hit: the limits the run reached, each with its one wording (LimitHit.notice).
     """
 
     exit_code: int | None
@@ -63,6 +101,7 @@ class RunResult:
     backend: str = ""
     files: dict[str, str] | None = None
     error: str | None = None
+    limits_hit: tuple[LimitHit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,7 +114,9 @@ class SessionResult:
         timed_out: the call ran past its wall-clock limit and the worker was killed.
         restarted: the worker had died or timed out and was restarted: earlier state is gone.
         wall_clock_s: seconds the call took.
-        error: a sandbox-side failure (worker died, could not start), else None.
+        error: a sandbox-side failure (worker died, could not start), else None; a worker stopped by a
+            limit is not one (see limits_hit).
+        limits_hit: the limits the call reached, each with its one wording (LimitHit.notice).
     """
 
     stdout: str
@@ -84,6 +125,7 @@ class SessionResult:
     restarted: bool
     wall_clock_s: float
     error: str | None = None
+    limits_hit: tuple[LimitHit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,4 +214,10 @@ class TestReport:
 
 
 def _describe(value: object) -> str:
-    return f"{type(value).__name__} {value!r}"[:120]
+    """The type and size of a wrongly typed field, never its text: a TestJob's fields are hidden tests and
+    graded source, and a TypeError's message can travel (logs, an env_error answered to a client)."""
+    if isinstance(value, (str, bytes, list, tuple, dict, set)):
+        return f"{type(value).__name__} of length {len(value)}"
+    if value is None or isinstance(value, (bool, int, float)):
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__

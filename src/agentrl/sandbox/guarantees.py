@@ -1,4 +1,5 @@
-"""What the sandbox does and does not protect against, per backend and privilege, as data.
+"""What the sandbox does and does not protect against, per backend and privilege, as data; and which
+limit a finished run reached (`limit_hits`, the one wording of a kill by a limit).
 
 Sandbox.describe() returns this for results files; docs/sandbox.md explains it in prose.
 Not enforcement: that lives in the launcher (_child) and the backends (process, pool).
@@ -8,10 +9,71 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 
 from agentrl.sandbox._child import HERMETIC_ENV
-from agentrl.sandbox.api import SandboxLimits
+from agentrl.sandbox.api import LimitHit, SandboxLimits
 from agentrl.sandbox.process import Backend
+
+# What a limit leaves in stderr when it refuses instead of killing (Python ignores SIGXFSZ, so an
+# over-size write is an OSError; RLIMIT_AS is a MemoryError; RLIMIT_NPROC fails fork and threads).
+_MEMORY_MARKS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory")
+_PROCESS_MARKS = ("BlockingIOError: [Errno 11] Resource temporarily unavailable", "can't start new thread",
+                  "fork: Resource temporarily unavailable", "Cannot fork", "pthread_create failed")
+_FILE_SIZE_MARKS = ("[Errno 27] File too large",)
+
+
+def exit_signal(exit_code: int | None) -> str:
+    """The signal name behind an exit status, or "": negative codes are Popen's signal deaths; under
+    bubblewrap a child killed by signal N exits 128 + N (counted only for the limit signals SIGXCPU,
+    SIGXFSZ and SIGKILL, which a sandboxed program has no reason to exit with)."""
+    if exit_code is None or exit_code == 0:
+        return ""
+    num = -exit_code if exit_code < 0 else exit_code - 128
+    try:
+        name = signal.Signals(num).name
+    except ValueError:
+        return ""
+    return name if exit_code < 0 or name in ("SIGXCPU", "SIGXFSZ", "SIGKILL") else ""
+
+
+def limit_hits(limits: SandboxLimits, *, exit_code: int | None, timed_out: bool, timeout_s: float,
+               wall_clock_s: float, stderr: str = "", truncated: bool = False) -> tuple[LimitHit, ...]:
+    """Which limits a finished run or session call reached, from its exit status and output.
+
+    Args:
+        limits: the limits it ran under; timeout_s: its wall-clock limit (a call may lower limits.timeout_s).
+        exit_code: its exit status (None: still running, e.g. a session call that returned); timed_out:
+            killed at the wall-clock limit; wall_clock_s: how long it ran.
+        stderr: its captured stderr (a refused allocation, process or write leaves its mark there);
+        truncated: a captured stream was cut at limits.max_output_bytes.
+
+    Returns:
+        The hits, stopping ones first. RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL one second
+        later (a program that ignores SIGXCPU); a SIGKILL before the wall-clock limit and after that
+        much run time is the CPU limit too.
+    """
+    hits: list[LimitHit] = []
+    sig = exit_signal(exit_code)
+    if timed_out:
+        hits.append(LimitHit("wall", float(timeout_s), True))
+    elif sig == "SIGXCPU" or (sig == "SIGKILL" and wall_clock_s >= limits.cpu_s + 0.5):
+        hits.append(LimitHit("cpu", float(limits.cpu_s), True))
+    tail = "\n".join(stderr.strip().splitlines()[-3:])
+    if any(m in tail for m in _MEMORY_MARKS):
+        hits.append(LimitHit("memory", float(limits.memory_bytes), True))
+    if sig == "SIGXFSZ" or any(m in tail for m in _FILE_SIZE_MARKS):
+        hits.append(LimitHit("file_size", float(limits.file_size_bytes), sig == "SIGXFSZ"))
+    if any(m in stderr[-4000:] for m in _PROCESS_MARKS):
+        hits.append(LimitHit("processes", float(limits.max_processes), False))
+    if truncated:
+        hits.append(LimitHit("output", float(limits.max_output_bytes), False))
+    return tuple(hits)
+
+
+def notices(hits: tuple[LimitHit, ...] | list[LimitHit]) -> str:
+    """The hits' notices on one line each ("" for none)."""
+    return "\n".join(h.notice() for h in hits)
 
 NOT_PROTECTED = (
     "kernel exploits and CPU side channels (bubblewrap shares the host kernel; no seccomp filter, no VM)",

@@ -11,12 +11,12 @@ import dataclasses
 import os
 import re
 import shutil
-import signal
 import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from agentrl.sandbox.api import RunResult, SandboxLimits, TestJob, TestOutcome, TestReport
+from agentrl.sandbox.guarantees import exit_signal, limit_hits, notices
 from agentrl.sandbox.oneshot import RawRun, run_fresh
 from agentrl.sandbox.pool import WarmPool, ZygoteError
 from agentrl.sandbox.process import Backend, make_backend
@@ -133,9 +133,11 @@ class Sandbox:
         except (ZygoteError, OSError) as e:
             return RawRun(None, "", "", False, False, 0.0, [], None, f"sandbox failure: {e}")
 
-    def _result(self, raw: RawRun) -> RunResult:
+    def _result(self, raw: RawRun, timeout_s: float) -> RunResult:
+        hits = limit_hits(self.limits, exit_code=raw.exit_code, timed_out=raw.timed_out, timeout_s=timeout_s,
+                          wall_clock_s=raw.wall_clock_s, stderr=raw.stderr, truncated=raw.truncated)
         return RunResult(raw.exit_code, raw.stdout, raw.stderr, raw.timed_out, raw.wall_clock_s,
-                         raw.truncated, self.backend, raw.files, raw.error)
+                         raw.truncated, self.backend, raw.files, raw.error, hits)
 
     def run(self, files: dict[str, str], argv: list[str], *, timeout_s: float | None = None,
             return_files: bool = False) -> RunResult:
@@ -146,8 +148,9 @@ class Sandbox:
         With return_files=True, RunResult.files holds the work dir's text files after the run.
         """
         argv = normalize_argv(argv)
-        raw = self._execute(files, "run", self._timeout(timeout_s), return_files, argv=argv)
-        return self._result(raw)
+        timeout = self._timeout(timeout_s)
+        raw = self._execute(files, "run", timeout, return_files, argv=argv)
+        return self._result(raw, timeout)
 
     def run_tests(self, job: TestJob) -> TestReport:
         """Grade `job`: per-test pass/fail/error/timeout, parsed from the marked result channel.
@@ -159,7 +162,7 @@ class Sandbox:
         timeout = self._timeout(job.timeout_s)
         raw = self._execute(job.files, "tests", timeout, False, module=job.module, tests=list(job.tests),
                             setup=job.setup or "", test_timeout_s=min(self.limits.test_timeout_s, timeout))
-        return build_report(raw, job, self._result(raw))
+        return build_report(raw, job, self._result(raw, timeout))
 
     def run_tests_batch(self, jobs: list[TestJob], max_workers: int | None = None) -> list[TestReport]:
         """run_tests on each job, `max_workers` at once (default: the pool width); order preserved."""
@@ -207,12 +210,10 @@ class Sandbox:
 
 
 def exit_reason(exit_code: int | None) -> str:
-    """Plain words for a sandboxed child's exit status ("exit code -24" -> the CPU limit, SIGXCPU)."""
-    if exit_code is None or exit_code >= 0:
-        return f"exit code {exit_code}"
-    try:
-        name = signal.Signals(-exit_code).name
-    except ValueError:
+    """Plain words for a sandboxed child's exit status ("exit code -24" or, under bubblewrap, 152 -> the
+    CPU limit, SIGXCPU). Which limit and its value: agentrl.sandbox.guarantees.limit_hits."""
+    name = exit_signal(exit_code)
+    if not name:
         return f"exit code {exit_code}"
     why = {"SIGXCPU": "CPU-time limit exceeded", "SIGXFSZ": "file-size limit exceeded",
            "SIGKILL": "killed (wall-clock limit, memory, or the sandbox)", "SIGSEGV": "crashed (segmentation fault)",
@@ -220,15 +221,16 @@ def exit_reason(exit_code: int | None) -> str:
     return f"{why} ({name}, exit code {exit_code})"
 
 
-def _start_error(raw: RawRun, module: str) -> str:
+def _start_error(raw: RawRun, module: str, run: RunResult) -> str:
     names = {ev.get("ev") for ev in raw.events}
     tail = raw.stderr.strip()[-800:]
     if raw.error:
         return raw.error
     if "started" not in names:
         return f"the sandboxed process did not start ({exit_reason(raw.exit_code)}): {tail}"
-    if raw.timed_out:
-        return f"timed out while importing {module!r}"
+    stopped = [h for h in run.limits_hit if h.stopped]
+    if stopped:
+        return f"{notices(stopped)} while importing {module!r}"
     return f"the process ended while importing {module!r} ({exit_reason(raw.exit_code)}): {tail}"
 
 
@@ -242,7 +244,7 @@ def build_report(raw: RawRun, job: TestJob, run: RunResult) -> TestReport:
         err = f"import of {job.module!r} failed: {msg}"
         return TestReport(tuple(TestOutcome(i, "error", err) for i in range(n)), run, err)
     if "imported" not in names:
-        err = _start_error(raw, job.module)
+        err = _start_error(raw, job.module, run)
         return TestReport(tuple(TestOutcome(i, "error", err) for i in range(n)), run, err)
     got: dict[int, TestOutcome] = {}
     conflict = None
@@ -253,8 +255,10 @@ def build_report(raw: RawRun, job: TestJob, run: RunResult) -> TestReport:
         if i in got and got[i].status != s:
             conflict = f"conflicting results for test {i}: the result channel was tampered with"
         got.setdefault(i, TestOutcome(i, s, str(ev.get("msg", ""))))
-    missing_status = "timeout" if raw.timed_out or raw.exit_code in (-9, -24) else "error"
-    why = "timed out" if raw.timed_out else f"process ended: {exit_reason(raw.exit_code)}"
+    stopped = [h for h in run.limits_hit if h.stopped]
+    timed = any(h.kind in ("cpu", "wall") for h in stopped) or raw.timed_out or exit_signal(raw.exit_code) == "SIGKILL"
+    missing_status = "timeout" if timed else "error"
+    why = notices(stopped) if stopped else f"process ended: {exit_reason(raw.exit_code)}"
     outcomes = tuple(got.get(i) or TestOutcome(i, missing_status, f"no result: {why}") for i in range(n))
     if conflict:
         outcomes = tuple(TestOutcome(o.index, "error", conflict) for o in outcomes)

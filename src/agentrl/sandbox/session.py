@@ -16,6 +16,7 @@ import subprocess
 import time
 
 from agentrl.sandbox.api import SandboxLimits, SessionResult
+from agentrl.sandbox.guarantees import limit_hits
 from agentrl.sandbox.oneshot import kill_group, parse_events
 from agentrl.sandbox.process import Backend, Capture, make_workdir, next_uid, spawn_long_lived
 
@@ -115,18 +116,22 @@ class PythonSession:
         out, cut1 = cap.text("stdout")
         err, cut2 = cap.text("stderr")
         timed_out = not finished and sent and not done and (time.monotonic() - t0) >= timeout
-        error = None
+        error, code_ = None, None
         if not done:
             code_ = self._exit_code(timed_out)
+        wall = time.monotonic() - t0
+        hits = limit_hits(self._limits, exit_code=code_, timed_out=timed_out, timeout_s=timeout, wall_clock_s=wall,
+                          stderr=err, truncated=cut1 or cut2)
+        if not done:
             self._stop()
             self._start()  # eager: the next call finds a live (empty) worker
             restarted = True
-            if not timed_out:
+            if not any(h.stopped for h in hits):  # a kill by a limit is the code's, not a sandbox failure
                 error = f"the Python session worker died (exit code {code_})"
             err += _RESTART_NOTE
         elif restarted:
             err = _RESTART_NOTE + err
-        return SessionResult(out, err, timed_out, restarted, time.monotonic() - t0, error)
+        return SessionResult(out, err, timed_out, restarted, wall, error, hits)
 
     def _exit_code(self, timed_out: bool) -> int | None:
         """The dead worker's exit status. Its pipes reach EOF while it is still exiting (and bwrap

@@ -72,7 +72,7 @@ def _text(content: Any, where: str) -> str:
         for part in content:
             if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RequestError(400, f"{where}: content part of type {kind!r} is not supported (text only)")
+                raise RequestError(400, f"{where}: content part of type {repr(kind)[:80]} is not supported (text only)")
             out.append(str(part.get("text", "")))
         return "".join(out)
     raise RequestError(400, f"{where}: content must be a string, null or a list of text parts")
@@ -165,7 +165,7 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     if cap is None:
         return None
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-        raise RequestError(400, f"max_tokens must be a positive integer, got {cap!r}")
+        raise RequestError(400, f"max_tokens must be a positive integer, got {type(cap).__name__} {repr(cap)[:80]}")
     return cap
 
 

@@ -34,6 +34,9 @@ from agentrl.serve.env_server_types import (
     AgentrlAction,
     AgentrlObservation,
     AgentrlState,
+    ResetParams,
+    check_reset_params,
+    check_step_params,
     results_to_models,
 )
 from agentrl.tasks.task import Task
@@ -48,11 +51,12 @@ class EpisodeProtocolError(RuntimeError):
     The session stays usable: a reset starts over (unless it was closed)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TaskCatalog:
     """The tasks a server offers, by split ("train", "heldout") and by id.
 
-    Only ids, families and prompts leave the server (`describe`); hidden tests never do.
+    Only ids, families and prompts leave the server (`describe`); hidden tests never do, and the repr
+    is the split sizes only (an error message that prints the catalog carries no task).
     """
 
     splits: dict[str, tuple[Task, ...]]
@@ -80,6 +84,9 @@ class TaskCatalog:
                     obs = env.reset(t)
                     prompts[t.id] = [{"role": "system", "content": obs.system}, {"role": "user", "content": obs.user}]
         return cls(splits, by_id, prompts)
+
+    def __repr__(self) -> str:
+        return "TaskCatalog(" + ", ".join(f"{k}: {len(v)} tasks" for k, v in self.splits.items()) + ")"
 
     def split(self, name: Any) -> tuple[Task, ...]:
         """The tasks of split `name`.
@@ -125,6 +132,24 @@ class TaskCatalog:
         if task.id in self.prompts:
             out["prompt"] = self.prompts[task.id]
         return out
+
+
+def _secrets(task: Task) -> list[str]:
+    """The texts of `task` that never leave the server: its hidden tests, its reference and the correct
+    edit op, whole and line by line (lines of at least 8 characters, which a message could quote)."""
+    whole = [*task.hidden_tests, task.reference, *(op.new for op in task.edit_ops if op.correct)]
+    lines = [ln.strip() for text in whole for ln in text.splitlines() if len(ln.strip()) >= 8]
+    return [t for t in whole if t.strip()] + lines
+
+
+def public_failure(e: BaseException, task: Task | None, limit: int = 2000) -> str:
+    """An environment failure in words for the client: the exception's type and message, or only its type
+    when the message quotes any hidden test, reference or correct edit of `task` (the full traceback is
+    in the server's log)."""
+    msg = str(e)
+    if task is not None and any(s in msg for s in _secrets(task)):
+        return f"{type(e).__name__} (message withheld: it quotes the task's hidden data; see the server log)"
+    return f"{type(e).__name__}: {msg}"[:limit]
 
 
 def observation_from_step(res: StepResult, task_id: str, env: Env) -> AgentrlObservation:
@@ -173,21 +198,29 @@ class AgentrlEnvironment(Environment[AgentrlAction, AgentrlObservation, AgentrlS
     # -- OpenEnv Environment ----------------------------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> AgentrlObservation:
         """Start an episode: `task_id`, or `split` + `index`, or a random task (see TaskCatalog.pick).
+        Parameters are checked (ResetParams) before anything changes: a refused reset leaves the session
+        as it was.
 
         Raises:
-            ValueError: unknown or wrongly typed parameters, or a task that cannot be found.
+            ParameterError (a ValueError): an unknown or wrongly typed parameter, named.
+            ValueError: a task that cannot be found (unknown id or split, index out of range).
             EpisodeProtocolError: the session was closed, or the server is draining.
         """
+        params = check_reset_params({"seed": seed, "episode_id": episode_id, **kwargs})
         with self._request():
-            return self._reset(seed, episode_id, kwargs)
+            return self._reset(params)
 
     def step(self, action: AgentrlAction, timeout_s: float | None = None, **kwargs: Any) -> AgentrlObservation:
-        """Run one turn: the action's calls, its final answer, or a truncation from outside.
+        """Run one turn: the action's calls, its final answer, or a truncation from outside. `timeout_s`
+        and `request_id` (OpenEnv's HTTP step fields) are checked (StepParams) and otherwise unused:
+        the environment's own limits hold.
 
         Raises:
+            ParameterError (a ValueError): an unknown or wrongly typed step parameter, named.
             EpisodeProtocolError: before reset, after the episode ended, on a closed session, while
                 the server drains, or an action of the wrong type.
         """
+        check_step_params({"timeout_s": timeout_s, **kwargs})
         with self._request():
             return self._step(action)
 
@@ -202,19 +235,18 @@ class AgentrlEnvironment(Environment[AgentrlAction, AgentrlObservation, AgentrlS
         finally:
             self._registry.end()
 
-    def _reset(self, seed: Any, episode_id: Any, kwargs: dict[str, Any]) -> AgentrlObservation:
+    def _reset(self, p: ResetParams) -> AgentrlObservation:
         self._check_open()
-        unknown = sorted(set(kwargs) - {"task_id", "split", "index"})
-        if unknown:
-            raise ValueError(f"unknown reset parameter(s) {', '.join(map(repr, unknown))}; expected seed, "
-                             "episode_id, task_id, split, index")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise ValueError(f"seed must be an integer, got {type(seed).__name__}")
-        task = self._catalog.pick(kwargs.get("task_id"), kwargs.get("split"), kwargs.get("index"), seed)
-        obs = self._env.reset(task, seed=seed)
-        self._task, self._episode_id, self._steps, self._ended = task, episode_id, 0, None
+        task = self._catalog.pick(p.task_id, p.split, p.index, p.seed)
+        try:
+            obs = self._env.reset(task, seed=p.seed)
+        except Exception as e:  # noqa: BLE001 - the environment failed: a worded error without task data
+            log.error("environment %s failed to reset on task %s", self._env_name, task.id, exc_info=True)
+            raise EpisodeProtocolError(f"the environment could not start task {task.id!r}: "
+                                       f"{public_failure(e, task)}; send another reset") from None
+        self._task, self._episode_id, self._steps, self._ended = task, p.episode_id, 0, None
         return AgentrlObservation(task_id=task.id, system=obs.system, user=obs.user, tools=list(obs.tools),
-                                  metadata={"episode_id": episode_id} if episode_id else {})
+                                  metadata={"episode_id": p.episode_id} if p.episode_id else {})
 
     def _step(self, action: AgentrlAction) -> AgentrlObservation:
         self._check_open()
@@ -232,7 +264,7 @@ class AgentrlEnvironment(Environment[AgentrlAction, AgentrlObservation, AgentrlS
             log.error("environment %s failed on task %s (episode unscorable)", self._env_name, self._task.id,
                       exc_info=True)
             obs = AgentrlObservation(task_id=self._task.id, done=True, truncated=True, end_reason=ENV_ERROR,
-                                     metadata={"unscorable": True, "error": f"{type(e).__name__}: {e}"[:2000]})
+                                     metadata={"unscorable": True, "error": public_failure(e, self._task)})
         if obs.done:
             self._ended = obs.end_reason or "done"
         return obs
@@ -371,11 +403,22 @@ def _version() -> str:
     return __version__
 
 
+class SessionFactory(functools.partial):
+    """A partial over AgentrlEnvironment that names itself: OpenEnv reports a failed factory by its
+    `__name__`, else by `str(factory)`, and a plain partial's str is the repr of every argument (the
+    catalog's tasks with their hidden tests went out in a FACTORY_ERROR frame that way)."""
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
 def make_factory(env_factory: Callable[[], Env], catalog: TaskCatalog, env_name: str,
-                 registry: SessionRegistry | None = None) -> functools.partial:
+                 registry: SessionRegistry | None = None) -> SessionFactory:
     """OpenEnv's environment factory: each call builds one session, `AgentrlEnvironment(env_factory(), ...)`.
 
     A partial over the class, so OpenEnv reads SUPPORTS_CONCURRENT_SESSIONS from the class without
-    building a probe instance.
+    building a probe instance; its name and repr are `agentrl-<env>-session`.
     """
-    return functools.partial(AgentrlEnvironment, env_factory, catalog, env_name, registry)
+    factory = SessionFactory(AgentrlEnvironment, env_factory, catalog, env_name, registry)
+    factory.__name__ = f"agentrl-{env_name}-session"
+    return factory

@@ -146,6 +146,8 @@ def build_app(cfg: EnvServerConfig) -> ServedEnv:
         sandbox.close()
         raise
     _add_error_handlers(app)
+    app.add_middleware(DrainGate, registry=registry)
+    app.add_middleware(ParamGate, max_body_bytes=cfg.max_message_bytes)
     served = ServedEnv(app, registry, catalog, sandbox, spec.name)
     app.router.on_shutdown.append(served.shutdown)
     return served
@@ -166,6 +168,109 @@ def _add_error_handlers(app: Any) -> None:
 
     app.add_exception_handler(EpisodeProtocolError, protocol)
     app.add_exception_handler(ValueError, bad_value)
+
+
+DRAINING_MESSAGE = ("the server is shutting down (draining after a stop signal): it opens no new sessions; "
+                    "connect to a restarted server")
+
+
+class DrainGate:
+    """ASGI middleware: while the server drains, a new WebSocket session gets one worded error frame
+    (OpenEnv's error shape, code SESSION_ERROR) and a 1012 close ("service restart"), before OpenEnv
+    builds anything. Without it the refusal surfaced as OpenEnv's FACTORY_ERROR, which names the
+    factory by its str. HTTP requests pass through (the session registry refuses them with a 409)."""
+
+    def __init__(self, app: Any, registry: SessionRegistry):
+        self.app, self.registry = app, registry
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket" or not self.registry.draining:
+            await self.app(scope, receive, send)
+            return
+        import json
+
+        if (await receive())["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        frame = {"type": "error", "data": {"message": DRAINING_MESSAGE, "code": "SESSION_ERROR"}}
+        await send({"type": "websocket.send", "text": json.dumps(frame)})
+        await send({"type": "websocket.close", "code": 1012, "reason": "server shutting down"})
+
+
+class ParamGate:
+    """ASGI middleware: the body of HTTP `POST /reset` and `POST /step` is checked with the same strict
+    checks as a WebSocket frame and the Python client (check_reset_params / check_step_params) before
+    OpenEnv's request models see it; those coerce ("1" became seed 1 over HTTP, an error on the
+    WebSocket). A refusal is a 400 naming the parameter; a body past `max_body_bytes` is a 413."""
+
+    def __init__(self, app: Any, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope.get("method") != "POST" or path not in ("/reset", "/step"):
+            await self.app(scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return  # the client went away
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+            if len(body) > self.max_body_bytes:
+                await _json_answer(send, 413, f"request body over the {self.max_body_bytes}-byte limit")
+                return
+        if len(body) > 1 << 16:  # parsing a large body would hold the event loop: a worker thread does it
+            import anyio.to_thread
+
+            why = await anyio.to_thread.run_sync(_param_error, path, bytes(body))
+        else:
+            why = _param_error(path, bytes(body))
+        if why:
+            await _json_answer(send, 400, why)
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _param_error(path: str, body: bytes) -> str:
+    """Why the reset/step body is refused ("" if it passes, or if it is not JSON: OpenEnv answers that)."""
+    import json
+
+    from agentrl.serve.env_server_types import ParameterError, check_reset_params, check_step_params
+
+    try:
+        data = json.loads(body) if body.strip() else {}
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return f"the {path[1:]} request body must be a JSON object, got {type(data).__name__}"
+    try:
+        if path == "/reset":
+            check_reset_params(data)
+        else:
+            check_step_params({k: v for k, v in data.items() if k != "action"})
+    except ParameterError as e:
+        return str(e)
+    return ""
+
+
+async def _json_answer(send: Any, status: int, detail: str) -> None:
+    import json
+
+    payload = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def _uvicorn_config(cfg: EnvServerConfig, app: Any) -> Any:

@@ -8,6 +8,11 @@ sessions); the task list comes from OpenEnv's task API over HTTP.
 
 from __future__ import annotations
 
+import atexit
+import logging
+import threading
+import time
+import weakref
 from typing import Any
 
 from openenv.core.client_types import StepResult as OpenEnvStepResult
@@ -19,17 +24,63 @@ from agentrl.serve.env_server_types import (
     AgentrlObservation,
     AgentrlState,
     ToolCallModel,
+    check_reset_params,
+    check_step_params,
     step_result_from_observation,
 )
 from agentrl.tasks.task import Task
+
+log = logging.getLogger("agentrl.serve")
+CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server's goodbye before it lets the session go
+_LIVE: weakref.WeakSet[RemoteEnv] = weakref.WeakSet()
+_AT_EXIT = threading.Lock()
+_at_exit_registered = False
+
+
+def _track(env: RemoteEnv) -> None:
+    """Remember `env` for the exit hook (registered on first use: nothing happens on import)."""
+    global _at_exit_registered
+    with _AT_EXIT:
+        _LIVE.add(env)
+        if not _at_exit_registered:
+            atexit.register(close_all, CLOSE_TIMEOUT_S)
+            _at_exit_registered = True
+
+
+def close_all(timeout_s: float = CLOSE_TIMEOUT_S) -> int:
+    """Close every RemoteEnv still open, all at once, within about `timeout_s` in total; returns how
+    many were open. Runs at interpreter exit (atexit, while threads still run), so a script that ends
+    with live instances (TRL holds its environments for the trainer's life) ends in seconds, whether or
+    not the server is still there."""
+    live = [e for e in list(_LIVE) if not e.closed]
+    threads = [threading.Thread(target=e.close, args=(timeout_s,), name="agentrl-remote-env-close", daemon=True)
+               for e in live]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout_s + 1.0
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return len(live)
 
 
 class AgentrlEnvClient(EnvClient[AgentrlAction, AgentrlObservation, AgentrlState]):
     """OpenEnv's EnvClient for `agentrl serve` (what an OpenEnv environment's `client.py` holds).
 
     `reset(task_id=..., split=..., index=..., seed=...)`, `step(AgentrlAction(...))`, `state()`; async by
-    default, `.sync()` for blocking use (OpenEnv's own wrapper).
+    default, `.sync()` for blocking use (OpenEnv's own wrapper). Parameters are checked here exactly as
+    the server checks them (check_reset_params / check_step_params): a bad one raises ParameterError
+    before anything is sent.
     """
+
+    async def _reset_async(self, **kwargs: Any) -> OpenEnvStepResult[AgentrlObservation]:
+        params = check_reset_params(kwargs).model_dump(exclude_none=True)
+        return await super()._reset_async(**params)
+
+    async def _step_async(self, action: AgentrlAction, **kwargs: Any) -> OpenEnvStepResult[AgentrlObservation]:
+        check_step_params(kwargs)  # OpenEnv's WebSocket step sends the action only; these are checked, not sent
+        if not isinstance(action, AgentrlAction):
+            action = AgentrlAction.model_validate(action)  # pydantic ValidationError naming the field
+        return await super()._step_async(action)
 
     def _step_payload(self, action: AgentrlAction) -> dict[str, Any]:
         return action.model_dump(exclude_none=True)
@@ -130,6 +181,8 @@ class RemoteEnv(Env):
         self._stats: dict[str, float] = {}
         self.end_reason, self.terminated, self.truncated = None, False, False
         self.max_turns = 0
+        self._closed = False
+        _track(self)
 
     def reset(self, task: Task, seed: int | None = None) -> Observation:
         """Start the served task `task.id` (a new episode in this session)."""
@@ -188,9 +241,46 @@ class RemoteEnv(Env):
         """The episode's tool statistics (sent by the server when the episode ended; {} before)."""
         return dict(self._stats)
 
-    def close(self) -> None:
-        """Close the WebSocket session (the server closes the environment); safe to call twice."""
+    @property
+    def closed(self) -> bool:
+        """True once close() or release() ran."""
+        return self._closed
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Close the WebSocket session (the server then closes the environment). Idempotent, and bounded:
+        it returns within about `timeout_s` even when the server is gone or does not answer (the
+        session is then left to the server, which ends it when the connection drops)."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        client = self._client
+        done = threading.Event()
+
+        def goodbye() -> None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection is not an error worth raising
+                pass
+            finally:
+                done.set()
+
+        threading.Thread(target=goodbye, name="agentrl-remote-env-close", daemon=True).start()
+        if not done.wait(timeout_s):
+            log.warning("RemoteEnv %s: the server did not answer the close within %.1f s; leaving the session "
+                        "to it", self.url, timeout_s)
+
+    def release(self) -> None:
+        """Forget the session without any network I/O or thread start (what `__del__` does): the socket
+        closes when the client is collected, and the server ends the session then."""
+        self._closed = True
+        _LIVE.discard(self)
+
+    def __del__(self) -> None:
+        # No close() here: a finalizer must not talk to the network or start a thread (at interpreter
+        # exit that hung forever: OpenEnv's sync client started its loop thread and waited on it).
+        # Instances alive at exit are closed by close_all (atexit), before finalizers run.
         try:
-            self._client.close()
-        except Exception:  # noqa: BLE001 - closing a dead connection is not an error worth raising
+            self.release()
+        except Exception:  # noqa: BLE001 - half-built instance
             pass

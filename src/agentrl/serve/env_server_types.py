@@ -14,7 +14,16 @@ import json
 from typing import Any
 
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from agentrl.envs.base import StepResult, ToolCall, ToolResult
@@ -91,6 +100,83 @@ class AgentrlAction(Action):
                 raise PydanticCustomError("action_size", "the action's calls are {size} JSON characters; at "
                                           "most {limit}", {"size": size, "limit": MAX_ACTION_CHARS})
         return self
+
+
+class ResetParams(BaseModel):
+    """The parameters of a reset, checked the same way for every transport (HTTP `/reset`, a WebSocket
+    reset frame, the Python client before it sends): strict types, no unknown names, so a wrongly typed
+    value is refused before the session changes (an `episode_id` of 7 used to be stored and break every
+    later `state()`).
+
+    Attributes:
+        seed: the random task draw's seed (an integer >= 0, as OpenEnv's HTTP route requires).
+        episode_id: the client's name for the episode (a string, at most 255 characters).
+        task_id: a task by id; split + index: a task by position; none of them: a random training task.
+
+    Checked through `check_reset_params` (ParameterError in words).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: StrictInt | None = Field(default=None, ge=0)
+    episode_id: StrictStr | None = Field(default=None, max_length=255)
+    task_id: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    split: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    index: StrictInt | None = Field(default=None, ge=0)
+
+
+class StepParams(BaseModel):
+    """The parameters of a step besides its action (OpenEnv's HTTP `/step` fields), checked like
+    ResetParams: `timeout_s` (> 0 seconds; the environment's own limits apply, it can only be lower) and
+    `request_id` (a string). Anything else is refused (`check_step_params`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: StrictFloat | StrictInt | None = Field(default=None, gt=0)
+    request_id: StrictStr | None = Field(default=None, max_length=255)
+
+
+class ParameterError(ValueError):
+    """A reset or step parameter that is unknown or of the wrong type or range, named in words (the
+    WebSocket answers it as an error frame, HTTP as a 400; the Python client raises it before sending)."""
+
+
+_EXPECTED = {"seed": "an integer >= 0", "episode_id": "a string of at most 255 characters",
+             "task_id": f"a string of at most {MAX_NAME_CHARS} characters",
+             "split": f"a string of at most {MAX_NAME_CHARS} characters", "index": "an integer >= 0",
+             "timeout_s": "a number of seconds > 0", "request_id": "a string of at most 255 characters"}
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, (bool, int, float)) or value is None:
+        return f"{type(value).__name__} {value!r}"[:80]
+    return type(value).__name__ + (f" of {len(value)} characters" if isinstance(value, str) else "")
+
+
+def _check(model: type[BaseModel], what: str, params: dict[str, Any]) -> Any:
+    if not isinstance(params, dict):
+        raise ParameterError(f"{what} parameters must be a JSON object, got {type(params).__name__}")
+    unknown = sorted(str(k)[:80] for k in set(params) - set(model.model_fields))
+    if unknown:
+        raise ParameterError(f"unknown {what} parameter(s) {', '.join(map(repr, unknown))}; expected "
+                             f"{', '.join(model.model_fields)}")
+    try:
+        return model.model_validate(params)
+    except ValidationError as e:
+        name = str(e.errors()[0]["loc"][0])
+        raise ParameterError(f"{what} parameter {name} must be {_EXPECTED.get(name, 'valid')}, got "
+                             f"{_got(params.get(name))}") from None
+
+
+def check_reset_params(params: dict[str, Any]) -> ResetParams:
+    """`params` (seed, episode_id, task_id, split, index) checked. Raises ParameterError naming the first
+    unknown or bad one."""
+    return _check(ResetParams, "reset", params)
+
+
+def check_step_params(params: dict[str, Any]) -> StepParams:
+    """`params` (timeout_s, request_id) checked. Raises ParameterError naming the first unknown or bad one."""
+    return _check(StepParams, "step", params)
 
 
 class AgentrlObservation(Observation):

@@ -17,6 +17,7 @@ call is still recorded: it was sampled).
 """
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import threading
@@ -61,19 +62,29 @@ def _error(e: RequestError) -> JSONResponse:
     return StrictJSONResponse(e.body(), status_code=e.status)
 
 
-async def _read_json(request: Any, max_bytes: int) -> Any:
+async def _read_body(request: Any, max_bytes: int) -> bytes:
+    """The raw body, refused (413) as soon as it is known to pass `max_bytes`: from Content-Length before
+    any byte is read, else while it streams in. Reading awaits the socket, so it never holds the loop."""
     size = request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > max_bytes:
         raise RequestError(413, f"request body of {size} bytes exceeds the {max_bytes}-byte limit", "too_large")
-    raw = b""
+    raw = bytearray()
     async for part in request.stream():
         raw += part
         if len(raw) > max_bytes:
             raise RequestError(413, f"request body exceeds the {max_bytes}-byte limit", "too_large")
+    return bytes(raw)
+
+
+def _decode_json(raw: bytes) -> Any:
     try:
         return loads_strict(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise RequestError(400, f"request body is not valid JSON: {str(e)[:200]}", "invalid_json") from None
+
+
+async def _read_json(request: Any, max_bytes: int) -> Any:
+    return _decode_json(await _read_body(request, max_bytes))
 
 
 def _usage(record: Any) -> dict[str, int]:
@@ -90,16 +101,28 @@ def _sse(chunks: list[dict[str, Any]]):
     return gen()
 
 
-def create_app(server: PolicyServer) -> FastAPI:
-    """The FastAPI app over `server` (routes in the module docstring)."""
+def create_app(server: PolicyServer, *, prepare_workers: int = 4) -> FastAPI:
+    """The FastAPI app over `server` (routes in the module docstring).
+
+    Nothing that grows with a request runs on the event loop: JSON decoding, request checks, the chat
+    template and the tokenizer run on `prepare_workers` threads of the app's own pool (so large requests
+    cannot use up the thread pool that other routes share), and sampling runs on the server's worker.
+    """
     app = FastAPI(title="agentrl policy server", docs_url=None, redoc_url=None, openapi_url=None,
                   default_response_class=StrictJSONResponse)
+    prepare_pool = concurrent.futures.ThreadPoolExecutor(max_workers=prepare_workers,
+                                                         thread_name_prefix="agentrl-policy-prepare")
+    app.state.prepare_pool = prepare_pool
+
+    def prepare(rid: str | None, raw: bytes) -> tuple[Any, concurrent.futures.Future]:
+        req = parse_request(_decode_json(raw))
+        return req, server.submit(rid, req)
 
     async def chat(request: Request, prefix: str | None = None):
         rid = _rollout_id(request, prefix)
         try:
-            req = parse_request(await _read_json(request, server.max_request_bytes))
-            fut = server.submit(rid, req)
+            raw = await _read_body(request, server.max_request_bytes)
+            req, fut = await asyncio.get_running_loop().run_in_executor(prepare_pool, prepare, rid, raw)
             reply, record = await asyncio.wrap_future(fut)
         except RequestError as e:
             server.refuse(rid)
@@ -114,14 +137,18 @@ def create_app(server: PolicyServer) -> FastAPI:
                                      headers={"Cache-Control": "no-cache"})
         return StrictJSONResponse(completion_body(cid, name, reply, _usage(record)))
 
-    def models():
+    async def models():  # constant work: answered on the loop, never queued behind the thread pool
         return {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": int(time.time()),
                                             "owned_by": "agentrl"}]}
 
     app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
     app.add_api_route("/r/{prefix}/v1/chat/completions", chat, methods=["POST"])
     app.add_api_route("/v1/models", models, methods=["GET"])
-    app.add_api_route("/r/{prefix}/v1/models", lambda prefix: models(), methods=["GET"])
+
+    async def prefixed_models(prefix: str):
+        return await models()
+
+    app.add_api_route("/r/{prefix}/v1/models", prefixed_models, methods=["GET"])
 
     _rollout_routes(app, server)
     return app
@@ -131,7 +158,7 @@ def _rollout_routes(app: FastAPI, server: PolicyServer) -> None:
     """/health and the /rollouts routes (open, trace, close)."""
 
     @app.get("/health")
-    def health():
+    async def health():  # constant work: answered on the loop, never queued behind the thread pool
         return {"status": "ok", "policy_version": server.policy_version, "rollouts": len(server.rollout_ids()),
                 **server.stats}
 
@@ -172,7 +199,8 @@ class ServerThread:
         import uvicorn
 
         self.server = server
-        config = uvicorn.Config(create_app(server), host=host, port=port, uds=uds, log_level="warning",
+        self._app = create_app(server)
+        config = uvicorn.Config(self._app, host=host, port=port, uds=uds, log_level="warning",
                                 access_log=False, lifespan="off", timeout_keep_alive=30)
         self._uv = uvicorn.Server(config)
         self._uv.install_signal_handlers = lambda: None  # not the main thread
@@ -197,8 +225,10 @@ class ServerThread:
         return f"http://{self.host}:{self.port}/v1"
 
     def stop(self) -> None:
+        """Stop uvicorn (up to 15 s) and the app's request-preparing threads."""
         self._uv.should_exit = True
         self._thread.join(timeout=15)
+        self._app.state.prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "ServerThread":
         return self.start()

@@ -64,9 +64,10 @@ class RolloutBudget:
         for name in ("max_calls", "max_completion_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"RolloutBudget.{name} must be an integer, got {v!r}")
+                raise ValueError(f"RolloutBudget.{name} must be an integer, got {type(v).__name__} {repr(v)[:80]}")
         if isinstance(self.max_wall_s, bool) or not isinstance(self.max_wall_s, (int, float)):
-            raise ValueError(f"RolloutBudget.max_wall_s must be a number of seconds, got {self.max_wall_s!r}")
+            w = self.max_wall_s
+            raise ValueError(f"RolloutBudget.max_wall_s must be a number of seconds, got {type(w).__name__} {repr(w)[:80]}")
         if self.max_calls < 1 or self.max_completion_tokens < 1 or not 0 < self.max_wall_s < math.inf:
             raise ValueError(f"bad RolloutBudget {self}: every limit must be positive (and finite)")
 
@@ -175,6 +176,21 @@ class _Batcher:
         self.thread.join(timeout=30)
 
 
+def _longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of `tokenizer` can stand for (at least 1): the longest vocabulary
+    entry (byte-level BPE writes one character per byte; sentencepiece one per character) or the longest
+    added token's content."""
+    longest = 1
+    try:
+        longest = max(longest, max(map(len, tokenizer.get_vocab()), default=1))
+        longest = max(longest, max((len(str(t)) for t in tokenizer.all_special_tokens), default=1))
+        decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        longest = max(longest, max((len(getattr(t, "content", str(t))) for t in decoder.values()), default=1))
+    except Exception:  # noqa: BLE001 - no readable vocabulary: no early bound (the template path still checks)
+        return 1 << 30
+    return longest
+
+
 class PolicyServer:
     """The policy behind OpenAI-compatible chat completions, with per-rollout traces and budgets.
 
@@ -208,6 +224,7 @@ class PolicyServer:
         self._lock = threading.Lock()
         self._batcher = _Batcher(sampler or self._hf_sample, max_batch=max_batch, wait_s=batch_wait_s)
         self.stats = {"requests": 0, "refused": 0, "completion_tokens": 0, "prompt_tokens": 0}
+        self._max_token_chars = _longest_token_chars(tokenizer)
 
     # -- rollouts ---------------------------------------------------------------------------------
     def open_rollout(self, rollout_id: str, budget: RolloutBudget | None = None) -> None:
@@ -322,6 +339,20 @@ class PolicyServer:
             return list(c.record.prompt_ids) + list(c.record.completion_ids) + glue, c.record.index
         return None
 
+    def _check_size(self, req: ChatRequest) -> None:
+        """Refuse (400) a request that cannot fit the context, before any template or tokenizer runs.
+
+        No token covers more than `_max_token_chars` characters, and templates write system, user and
+        tool message content verbatim (assistant turns they may shorten: Qwen3 drops earlier reasoning),
+        so that content at more than `_max_token_chars` characters per context token is over the limit
+        whatever the tokenizer makes of it.
+        """
+        chars = sum(len(m.get("content") or "") for m in req.messages if m["role"] != "assistant")
+        floor = chars // self._max_token_chars
+        if floor >= self.max_context_tokens:
+            raise RequestError(400, f"the messages hold {chars} characters: at least {floor} tokens, over the "
+                               f"{self.max_context_tokens}-token context", "context_length_exceeded")
+
     def _admit(self, ro: _Rollout, n_prompt: int, client_cap: int | None) -> int:
         """Check the budgets; reserve and return this call's completion-token cap."""
         b = ro.budget
@@ -356,6 +387,7 @@ class PolicyServer:
         """
         t0 = time.monotonic()
         ro = self._rollout(rollout_id)
+        self._check_size(req)
         ext = self._extend(ro, req)
         prompt, extends = ext if ext is not None else (self._render(req), -1)
         cap = self._admit(ro, len(prompt), req.max_tokens)

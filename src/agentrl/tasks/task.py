@@ -14,13 +14,13 @@ from typing import Any
 class EditOp:
     """One authored edit of the edit-menu environment: replace `old` by `new` in the source file.
 
-    `correct` is True for the op that fixes the bug; it is never shown to the agent.
+    `correct` is True for the op that fixes the bug; it is never shown to the agent (nor in the repr).
     """
 
     name: str
     old: str
     new: str
-    correct: bool = False
+    correct: bool = field(default=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class Task:
         test_setup: code run before each test (e.g. MBPP's test_imports); "" if none.
         edit_ops: the edit-menu's authored ops (empty for datasets without a menu).
         meta: free-form extras (difficulty, dataset ids, which scored tests were shown, ...).
+
+    The repr leaves out what must never reach the agent (hidden_tests, reference, edit_ops), so a task
+    printed in a log line or an error message (`str(partial(...))`, a traceback) carries none of it.
     """
 
     id: str
@@ -49,10 +52,10 @@ class Task:
     entry: str
     source_file: str
     public_tests: tuple[str, ...]
-    hidden_tests: tuple[str, ...]
-    reference: str
+    hidden_tests: tuple[str, ...] = field(repr=False)
+    reference: str = field(repr=False)
     test_setup: str = ""
-    edit_ops: tuple[EditOp, ...] = ()
+    edit_ops: tuple[EditOp, ...] = field(default=(), repr=False)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
