@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 from _common import Table, device_meta, free, is_oom, make_model, target, target_text
 
-from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
-from agentrl.rollout.models import _qwen3_tokenizer_source, load_tokenizer
-from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
+from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.models.load import load_tokenizer
+from agentrl.models.presets import qwen3_tokenizer_source
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sample_turns
 
 try:
     from agentrl.envs import expert_turns, make_env
@@ -113,7 +114,7 @@ def save_random_model(args, workdir: Path) -> str:
     model = make_model(args.config, "bf16", args.device)  # random init on the GPU is fast; each setting loads
     # it in its own dtype (RLConfig.dtype)
     model.save_pretrained(workdir / "model")
-    load_tokenizer(_qwen3_tokenizer_source()).save_pretrained(workdir / "model")
+    load_tokenizer(qwen3_tokenizer_source()).save_pretrained(workdir / "model")
     del model
     return str(workdir / "model")
 

@@ -4,7 +4,7 @@ Every `import agentrl.x` / `from agentrl.x import ...` / relative import anywher
 functions: a lazy import is still a dependency) is an edge from the importing module's package to the
 imported one. The layer order is docs/design.md's ("Package layers"):
 
-    base (paths, cli_checks, cli_args, registry) < sandbox < tasks < envs < chat < models < rollout < eval < io < rl < front ends
+    base (paths, cli_checks, cli_args, registry) < sandbox < tasks < envs < chat < models < rollout < eval < report < rl < front ends
 
 A package may import only packages below it; no library package imports a front end.
 """
@@ -20,8 +20,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentrl"
 
 BASE = ("__init__", "paths", "cli_checks", "cli_args", "registry")  # leaf modules anyone may import; they import only each other
-LAYERS = ("sandbox", "tasks", "envs", "chat", "models", "rollout", "eval", "io", "rl")  # bottom to top
-FRONT_ENDS = ("sft", "serve", "agents", "integrations", "dist", "cli", "__main__")  # over the layers
+LAYERS = ("sandbox", "tasks", "envs", "chat", "models", "rollout", "eval", "report", "rl")  # bottom to top
+FRONT_ENDS = ("sft", "serve", "harness", "integrations", "scale", "cli", "__main__")  # over the layers
 
 
 def _package(rel: Path) -> str:
@@ -122,17 +122,17 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_checker_sees_lazy_relative_and_cyclic_imports(tmp_path):
     root = _tree(tmp_path, {
-        "io/results.py": "def f():\n    from agentrl.eval.bootstrap import ci\n",  # lazy import
+        "report/results.py": "def f():\n    from agentrl.eval.bootstrap import ci\n",  # lazy import
         "eval/run.py": "from ..tasks import task\n",  # relative import
-        "tasks/__init__.py": "from . import task\nimport agentrl.io.checks\n",
+        "tasks/__init__.py": "from . import task\nimport agentrl.report.checks\n",
         "tasks/task.py": "import os\n",
     })
     graph = package_graph(root)
-    assert graph["io"] == {"eval": ["io/results.py:2"]}
+    assert graph["report"] == {"eval": ["report/results.py:2"]}
     assert graph["eval"] == {"tasks": ["eval/run.py:1"]}
-    assert graph["tasks"] == {"io": ["tasks/__init__.py:2"]}
-    assert find_cycle(graph) == ["eval", "tasks", "io", "eval"]
-    assert layer_violations(graph) == ["tasks imports io, a layer above it (tasks/__init__.py:2)"]
+    assert graph["tasks"] == {"report": ["tasks/__init__.py:2"]}
+    assert find_cycle(graph) == ["eval", "tasks", "report", "eval"]
+    assert layer_violations(graph) == ["tasks imports report, a layer above it (tasks/__init__.py:2)"]
 
 
 @pytest.mark.parametrize(("files", "expected"), [

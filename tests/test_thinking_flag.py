@@ -4,7 +4,7 @@ results file and honoured by the rollouts (the prompt ends without the template'
 import pytest
 
 from agentrl.cli import build_parser, main
-from agentrl.io.results import validate_results
+from agentrl.report.results import validate_results
 from agentrl.rl.config import RLConfig
 
 
@@ -42,8 +42,8 @@ def test_eval_with_thinking_records_it_and_prompts_without_the_stub(tmp_path, mo
 
 @pytest.mark.slow
 def test_smoke_with_thinking(capsys):
+    from agentrl.models.load import load_policy
     from agentrl.rollout.commands import SmokeConfig, run_smoke
-    from agentrl.rollout.models import load_policy
 
     report = run_smoke(SmokeConfig(thinking=True, episodes=1, max_new_tokens=4, show=0))
     assert "thinking on" in report["template_check"]

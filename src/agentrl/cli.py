@@ -18,13 +18,13 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentrl.envs.commands",
     "agentrl.models.commands",
     "agentrl.rollout.commands",
-    "agentrl.io.commands",
+    "agentrl.report.commands",
     "agentrl.sft.commands",
     "agentrl.rl.commands",
-    "agentrl.dist.commands",  # wraps `train` for torchrun (after rl.commands)
+    "agentrl.scale.commands",  # wraps `train` for torchrun (after rl.commands)
     "agentrl.serve.commands",
-    "agentrl.agents.commands",
-    "agentrl.serve.env_server_commands",
+    "agentrl.harness.commands",
+    "agentrl.serve.env.commands",
 )
 
 

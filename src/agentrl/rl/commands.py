@@ -49,7 +49,7 @@ def preset_defaults(argv: list[str]) -> dict[str, Any]:
 def train_main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl train`."""
     from agentrl.eval.bootstrap import format_interval
-    from agentrl.io.results import validate_results
+    from agentrl.report.results import validate_results
     from agentrl.rl.config import config_from_args
     from agentrl.rl.trainer import train
 

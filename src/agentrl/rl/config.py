@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import agentrl.cli_args as _cli_args
+from agentrl.models.device import DTYPE_HELP, DTYPES, canonical_dtype, dtype_arg
 from agentrl.rl.estimators import ADV_ESTIMATORS, adv_mode_help
-from agentrl.rollout.device import DTYPE_HELP, DTYPES, canonical_dtype, dtype_arg
 from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
 ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
@@ -136,7 +136,7 @@ class RLConfig:
                                      "stale (batches sampled by older weights) | always | off.")
     rollout_workers: int = _f(0, "With --async-rollouts: sample in N worker processes of their own (a GPU each when the "
                                  "host has N+1, else all on CPU), weights pushed over torch.distributed after each "
-                                 "update (agentrl.dist.workers; 0 = in the trainer process).")
+                                 "update (agentrl.scale.workers; 0 = in the trainer process).")
     worker_launcher: str = _f("process", "How --rollout-workers start: process (spawned by the trainer) | ray (Ray "
                                          "actors, a GPU each when the cluster has them; the agentrl[ray] extra).")
     ray_graders: int = _f(0, "Grade (hidden tests, tool runs) in N Ray actors, each with its own sandbox, on a local "
@@ -347,7 +347,7 @@ TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "micro_tokens", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
     "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
-    "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.dist's training sessions
+    "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.scale's training sessions
     "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",
     "pack_rows", "compile_layers",  # the update's trunk (agentrl.rl.packing, rl.update.compile_decoder_layers)
 )

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from agentrl.models.device import resolve_device, resolve_dtype
 from agentrl.rl.config import RLConfig
-from agentrl.rollout.device import resolve_device, resolve_dtype
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.sets import TaskSets, task_sets
 from agentrl.tasks.task import Task
@@ -176,7 +176,7 @@ def _load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> _Inputs:
     from agentrl.chat.template import render_prompt
     from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
     from agentrl.envs import make_env
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, cfg.model, allow_download=cfg.allow_download)  # "auto": the checkpoint's
@@ -243,12 +243,12 @@ class RunSession:
     start_step: int = 0
     ref_model: Any = None
     sampler: Any = None  # optional agentrl.rollout.driver.SampleFn replacing HF generate (e.g. a server client)
-    progress: Any = None  # a rich Progress (agentrl.io.log.progress) shown while the run is open
-    tracker: Any = None  # the --report-to tracker (agentrl.io.trackers.Tracker), open while the run is
+    progress: Any = None  # a rich Progress (agentrl.report.log.progress) shown while the run is open
+    tracker: Any = None  # the --report-to tracker (agentrl.report.trackers.Tracker), open while the run is
     t_start: float = field(default_factory=time.perf_counter)
     registered_sampler: bool = False  # the sampler is the registered --sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
-    main_process: bool = True  # False on the other ranks of a data-parallel run (agentrl.dist): they write nothing
+    main_process: bool = True  # False on the other ranks of a data-parallel run (agentrl.scale): they write nothing
 
     @property
     def results_path(self) -> Path:
@@ -261,8 +261,8 @@ class RunSession:
 
     # -- rollouts ---------------------------------------------------------------------------------
     def sampling_config(self) -> Any:
-        """The sampler knobs of this run (agentrl.rollout.sampler.SamplingConfig)."""
-        from agentrl.rollout.sampler import SamplingConfig
+        """The sampler knobs of this run (agentrl.rollout.hf_sampler.SamplingConfig)."""
+        from agentrl.rollout.hf_sampler import SamplingConfig
 
         cfg = self.cfg
         return SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
@@ -300,7 +300,7 @@ class RunSession:
     def update(self, batch: Any, *, group_ids: Sequence[int], generator: torch.Generator | None,
                minibatches: int) -> dict[str, float]:
         """The step's update on `batch` (agentrl.rl.update.minibatch_step on the learner). `group_ids`:
-        each row's GRPO group (a data-parallel session, agentrl.dist, trains each group on one rank)."""
+        each row's GRPO group (a data-parallel session, agentrl.scale, trains each group on one rank)."""
         from agentrl.rl.update import minibatch_step
 
         return minibatch_step(self.model, self.optimizer, batch, self.cfg, ref_model=self.ref_model,
@@ -308,12 +308,12 @@ class RunSession:
 
     def decide(self, flag: bool) -> bool:
         """A schedule decision every process of the run must take alike (stop early?): here `flag` itself;
-        a data-parallel session (agentrl.dist) returns rank 0's."""
+        a data-parallel session (agentrl.scale) returns rank 0's."""
         return flag
 
     def _agent_for(self, model: Any, sampler: Any) -> Any:
-        """The agent backend sampling `model` (built once per model; agentrl.rl.backends)."""
-        from agentrl.rl.backends import agent_factory
+        """The agent backend sampling `model` (built once per model; agentrl.rl.agent_backends)."""
+        from agentrl.rl.agent_backends import agent_factory
 
         if id(model) not in self.agents:
             backend = agent_factory(self.cfg.agent)(self.cfg, model, self.tokenizer, sampler, self.sandbox,
@@ -407,8 +407,8 @@ class RunSession:
 
         cfg.validate()
         if (cfg.rollout_workers or cfg.ray_graders) and cls is RunSession:
-            raise ValueError("--rollout-workers / --ray-graders need agentrl.dist's sessions: run `agentrl train` (or "
-                             "agentrl.dist.train.train_scaled)")
+            raise ValueError("--rollout-workers / --ray-graders need agentrl.scale's sessions: run `agentrl train` (or "
+                             "agentrl.scale.train.train_scaled)")
         if cfg.env not in env_names():
             raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
         out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
@@ -424,7 +424,7 @@ class RunSession:
                 raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
                                  "them with --checkpoint-every N); leave out --resume to start a new run there")
         if cfg.agent:
-            from agentrl.rl.backends import check_agent
+            from agentrl.rl.agent_backends import check_agent
 
             check_agent(cfg, tasks)
         from agentrl.rl.warm_start import check_warm_start
@@ -437,7 +437,7 @@ class RunSession:
 
     @classmethod
     def make_sandbox(cls, cfg: RLConfig) -> Any:
-        """The run's sandbox: agentrl.sandbox.Sandbox() (agentrl.dist's Ray session grades in Ray actors)."""
+        """The run's sandbox: agentrl.sandbox.Sandbox() (agentrl.scale's Ray session grades in Ray actors)."""
         from agentrl.sandbox import Sandbox
 
         return Sandbox()
@@ -446,8 +446,8 @@ class RunSession:
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
         from agentrl.cli_checks import archive_previous
-        from agentrl.io.log import log_config, progress, setup_logging
-        from agentrl.io.trackers import open_tracker
+        from agentrl.report.log import log_config, progress, setup_logging
+        from agentrl.report.trackers import open_tracker
 
         sandbox = cls.make_sandbox(cfg)
         try:  # every input is loaded and checked before an earlier run in `out` is touched
@@ -496,8 +496,8 @@ class RunSession:
     @classmethod
     def _load(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs: _Inputs) -> RunSession:
         from agentrl.chat.bundled import tokenizer_template
-        from agentrl.io.results import RunResults
         from agentrl.models.lora import AdapterOffReference
+        from agentrl.report.results import RunResults
         from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
         from agentrl.rl.update import compile_decoder_layers, enable_gradient_checkpointing
 

@@ -21,7 +21,7 @@ from agentrl.eval.bootstrap import BootstrapConfig
 from agentrl.eval.evaluate import episode_record, evaluate, mean_stats
 from agentrl.eval.noise import run_noise
 from agentrl.eval.report import EvalReport, paired_difference
-from agentrl.io.trackers import eval_metrics, step_metrics
+from agentrl.report.trackers import eval_metrics, step_metrics
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
 from agentrl.rl.offpolicy import correct_stale_batch
@@ -241,7 +241,7 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
     Args:
         sampler: optional token-level sampler (agentrl.rollout.driver.SampleFn) used instead of HF
             generate, e.g. a client of an inference server that returns ids and log-probs.
-        session_cls: the RunSession class (agentrl.dist's data-parallel and rollout-worker sessions
+        session_cls: the RunSession class (agentrl.scale's data-parallel and rollout-worker sessions
             reuse this schedule; only the main process writes results, plots and checkpoints).
 
     Raises:
@@ -307,7 +307,7 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
     from agentrl.rl.async_loop import AsyncRollouts
 
     cfg = sess.cfg
-    # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.dist.workers)
+    # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.scale.workers)
     policy = sess.rollout_copy() if cfg.max_staleness > 0 or cfg.rollout_workers else None
     sync = (lambda: sess.sync_weights(policy)) if policy is not None else (lambda: None)
 
@@ -331,8 +331,8 @@ def write_plots_and_report(sess: RunSession) -> None:
     raised (the results file is complete by now). Only the main process of a distributed run writes them."""
     if not sess.main_process:
         return
-    from agentrl.io.html import write_html_report
-    from agentrl.io.plots import plot_results, plots_dir
+    from agentrl.report.html import write_html_report
+    from agentrl.report.plots import plot_results, plots_dir
 
     try:
         paths = plot_results(sess.results.data, plots_dir(sess.out))

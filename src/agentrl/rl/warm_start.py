@@ -2,7 +2,7 @@
 
 Not the warm starts themselves: front ends register them (`import agentrl.sft` registers "sft"; the
 `agentrl` command imports it). The layering rule keeps rl/ from importing a front end, so the trainer
-looks a warm start up here by name, as it does agent backends (agentrl.rl.backends).
+looks a warm start up here by name, as it does agent backends (agentrl.rl.agent_backends).
 
 A warm start is called as `fn(sess)` with the open agentrl.rl.session.RunSession (its model is trained
 in place) and returns a JSON-ready summary, stored as the results file's `warm_start` section. A `check`

@@ -25,7 +25,7 @@ class SmokeConfig:
         env: environment name (agentrl.envs.make_env).
         episodes: held-out episodes to run.
         max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
-        dtype / device: model placement (agentrl.rollout.device's vocabulary: fp32 | bf16 | fp16 | auto and
+        dtype / device: model placement (agentrl.models.device's vocabulary: fp32 | bf16 | fp16 | auto and
             aliases; auto | cpu | cuda | cuda:N); allow_download: let HF fetch missing files.
         show: transcripts to print; seed: tasks, names, sampling.
         thinking: template thinking mode (Qwen3 enable_thinking: the policy writes its own think block).
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
         kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name))
-    from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+    from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
 
     p.add_argument("--dtype", default=d.dtype, type=dtype_arg, choices=DTYPES, help=DTYPE_HELP)
     p.add_argument("--device", default=d.device, help=DEVICE_HELP)
@@ -113,10 +113,10 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     """
     from agentrl.chat.tito import assert_tito_consistent
     from agentrl.envs import check_env
-    from agentrl.rollout.device import resolve_device
+    from agentrl.models.device import resolve_device
+    from agentrl.models.load import load_policy
     from agentrl.rollout.driver import RolloutConfig, run_episodes
-    from agentrl.rollout.models import load_policy
-    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.rollout.hf_sampler import SamplingConfig
 
     if cfg.episodes < 1:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")

@@ -1,6 +1,6 @@
 """`agentrl serve-policy`: the policy behind an OpenAI-compatible endpoint that records token ids and log-probs.
 
-Not the server itself (agentrl.serve.policy_server / policy_app). Any OpenAI-compatible agent harness
+Not the server itself (agentrl.serve.policy.server / policy_app). Any OpenAI-compatible agent harness
 can be pointed at `http://HOST:PORT/v1` with the rollout id as its API key; the traces are read back
 with `GET /rollouts/<id>/trace` (or `DELETE /rollouts/<id>`, which also closes the rollout), and
 `--trace-dir` writes each closed rollout's trace as `<id>.json` too.
@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
                               "every call's token ids and sampler log-probs per rollout (API key = rollout id)")
     p.add_argument("--model", default="tiny-qwen3", help="tiny-qwen3 | local folder | HF id in the local cache")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's own)")
-    from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+    from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
     from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
     p.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
@@ -46,11 +46,11 @@ def register(subparsers: Any) -> None:
 
 def build_server(args: argparse.Namespace) -> Any:
     """The PolicyServer that `args` describe (model loaded, sampler built)."""
-    from agentrl.rollout.device import resolve_device
-    from agentrl.rollout.models import load_policy
-    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.models.device import resolve_device
+    from agentrl.models.load import load_policy
+    from agentrl.rollout.hf_sampler import SamplingConfig
     from agentrl.rollout.samplers import build_sampler
-    from agentrl.serve.policy_server import PolicyServer, RolloutBudget
+    from agentrl.serve.policy.server import PolicyServer, RolloutBudget
 
     device = resolve_device(args.device)
     model, tok = load_policy(args.model, args.dtype, device, args.allow_download, tokenizer_path=args.tokenizer)
@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from agentrl.cli_checks import check_port_free
-    from agentrl.serve.policy_app import create_app
+    from agentrl.serve.policy.app import create_app
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")

@@ -38,14 +38,14 @@ class SFTRunConfig:
         from_jsonl: train on this JSONL (token-level or chat-messages records) instead of expert episodes.
         save_jsonl: also write the training trajectories here.
         out: output folder; device: "auto" (cuda if available) or a torch device; dtype: fp32 | bf16 | auto
-            or an alias (agentrl.rollout.device; bf16 = autocast with fp32 master weights; fp16 is refused:
+            or an alias (agentrl.models.device; bf16 = autocast with fp32 master weights; fp16 is refused:
             no loss scaling); gradient_checkpointing: activation checkpointing.
         thinking: template thinking mode (Qwen3 enable_thinking), as `agentrl train --thinking` samples: each
             expert turn is the template's own rendering of it as a thinking-mode turn.
         lora_r / lora_alpha / lora_dropout / lora_target_modules: LoRA adapters (r > 0; agentrl.models.lora):
             only they train and --out holds them (it loads as --model); lora_merge: also <out>/merged.
         agent: "" (agentrl's own environment loop) or "opencode": the expert plays bug-fix tasks through the
-            real opencode harness (agentrl.agents.expert), so the rows are opencode's own token stream;
+            real opencode harness (agentrl.harness.expert), so the rows are opencode's own token stream;
             agent_isolation / agent_binary / agent_timeout_s: as `agentrl train --agent-*`.
     """
 
@@ -97,7 +97,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
     p.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
     p.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
-    from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+    from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
 
     p.add_argument("--device", default=d.device, help=DEVICE_HELP)
     p.add_argument("--dtype", default=d.dtype, type=dtype_arg, choices=DTYPES,
@@ -128,7 +128,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """CLI entry: split `args` into SFTRunConfig + SFTConfig and run; exit code 0 on success."""
-    from agentrl.rollout.device import resolve_dtype
+    from agentrl.models.device import resolve_dtype
 
     run = SFTRunConfig(**{f.name: getattr(args, f.name) for f in fields(SFTRunConfig)})
     dtype = resolve_dtype(run.dtype, run.model)
@@ -168,18 +168,18 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None
 
 
 def _agent_trajectories(run: SFTRunConfig, cfg: SFTConfig, tasks: list, tok: Any, model: Any) -> list:
-    """The expert through the black-box harness `run.agent` (agentrl.agents.expert); one row each."""
+    """The expert through the black-box harness `run.agent` (agentrl.harness.expert); one row each."""
     import os
 
-    from agentrl.agents.episode import AgentConfig
-    from agentrl.agents.expert import agent_expert_trajectories
-    from agentrl.serve.policy_server import RolloutBudget
+    from agentrl.harness.episode import AgentConfig
+    from agentrl.harness.expert import agent_expert_trajectories
+    from agentrl.serve.policy.server import RolloutBudget
 
     if run.agent != "opencode":
         raise ValueError(f"--agent {run.agent!r}: the only black-box harness is opencode")
     if run.tasks != "bugfix":
         raise ValueError("--agent opencode plays bug-fix repositories (--tasks bugfix)")
-    from agentrl.agents import MIN_CONTEXT_TOKENS
+    from agentrl.harness import MIN_CONTEXT_TOKENS
 
     if cfg.max_tokens < MIN_CONTEXT_TOKENS:
         raise ValueError(f"--agent opencode needs --max-tokens >= {MIN_CONTEXT_TOKENS} (opencode's own system prompt "
@@ -203,11 +203,11 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     """
     from agentrl.chat.bundled import tokenizer_template
     from agentrl.cli_checks import archive_previous, prepare_output_dir
-    from agentrl.io.log import setup_logging
-    from agentrl.io.results import atomic_write_json, to_json_ready, versions
+    from agentrl.models.device import resolve_device
+    from agentrl.models.load import load_policy
+    from agentrl.report.log import setup_logging
+    from agentrl.report.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.update import enable_gradient_checkpointing
-    from agentrl.rollout.device import resolve_device
-    from agentrl.rollout.models import load_policy
     from agentrl.sft.data import save_trajectories
     from agentrl.sft.trainer import policy_nll, save_policy, sft
 

@@ -29,7 +29,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
-from agentrl.rollout.sampler import Sample
+from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
 
@@ -149,7 +149,7 @@ def expert_trajectories(
 
     from agentrl.envs import expert_turns, make_env
     from agentrl.rollout.driver import RolloutConfig, run_episodes
-    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.rollout.hf_sampler import SamplingConfig
 
     fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
     cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
