@@ -4,7 +4,7 @@ Every `import agentrl.x` / `from agentrl.x import ...` / relative import anywher
 functions: a lazy import is still a dependency) is an edge from the importing module's package to the
 imported one. The layer order is docs/design.md's ("Package layers"):
 
-    base (paths, cli_checks, cli_args, registry) < sandbox < tasks < envs < chat < models < rollout < eval < report < rl < front ends
+    base (paths, preflight, registry) < sandbox < tasks < envs < chat < models < rollout < eval < report < rl < front ends
 
 A package may import only packages below it; no library package imports a front end.
 """
@@ -19,7 +19,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentrl"
 
-BASE = ("__init__", "paths", "cli_checks", "cli_args", "registry")  # leaf modules anyone may import; they import only each other
+BASE = ("__init__", "paths", "preflight", "registry")  # leaf modules anyone may import; they import only each other
 LAYERS = ("sandbox", "tasks", "envs", "chat", "models", "rollout", "eval", "report", "rl")  # bottom to top
 FRONT_ENDS = ("sft", "serve", "harness", "integrations", "scale", "cli", "__main__")  # over the layers
 

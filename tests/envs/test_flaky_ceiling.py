@@ -4,7 +4,7 @@ hash seed), and names the tasks whose outcome depends on it."""
 import re
 
 from agentrl.cli import main
-from agentrl.envs.commands import session_ceiling
+from agentrl.envs.ceiling import session_ceiling
 from agentrl.sandbox import Sandbox
 from agentrl.tasks.task import Task
 

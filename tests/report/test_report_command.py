@@ -3,10 +3,10 @@ import logging
 from synthetic_results import build_synthetic, counts_report, record_noise, record_paired
 
 from agentrl.cli import main
-from agentrl.report.commands import summary_rows
 from agentrl.report.log import log_config, setup_logging
 from agentrl.report.plots import plot_results
 from agentrl.report.results import RunResults, validate_results
+from agentrl.report.summary import summary_rows
 from agentrl.rl.config import RLConfig
 
 

@@ -7,9 +7,9 @@ import stat
 
 from synthetic_results import counts_report
 
-from agentrl.report.commands import summary_rows
 from agentrl.report.results import RunResults, atomic_write_text, validate_results
 from agentrl.report.schema import RESULTS_SCHEMA, STEP_METRICS, stat_description, undocumented_fields
+from agentrl.report.summary import summary_rows
 
 
 def test_every_schema_field_has_a_description_and_a_unit():

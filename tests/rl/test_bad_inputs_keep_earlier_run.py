@@ -8,8 +8,9 @@ import shutil
 import pytest
 
 from agentrl.cli import build_parser, main
+from agentrl.cli.flags import config_from_args
 from agentrl.paths import resolve_asset
-from agentrl.rl.config import RLConfig, cli_command, config_from_args
+from agentrl.rl.config import RLConfig, cli_command
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from agentrl.rl.config import RLConfig, config_from_args, rlconfig_parser
+from agentrl.cli.flags import config_from_args, rlconfig_parser
+from agentrl.rl.config import RLConfig
 
 
 def test_defaults_follow_the_writeup():

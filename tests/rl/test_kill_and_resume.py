@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentrl.cli import build_parser
+from agentrl.cli.flags import config_from_args
 from agentrl.report.results import validate_results
 from agentrl.rl.checkpoint import latest_checkpoint
-from agentrl.rl.config import config_from_args
 
 STEPS = 4
 CFG = dict(env="edit-menu", steps=STEPS, prompts_per_step=1, group_size=2, eval_n=1, eval_size=1, train_size=4,

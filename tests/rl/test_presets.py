@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from agentrl.cli import build_parser, main
-from agentrl.rl.commands import preset_defaults
-from agentrl.rl.config import PRESETS, TRAIN_ONLY, RLConfig, config_from_args
+from agentrl.cli.flags import config_from_args
+from agentrl.cli.train import preset_defaults
+from agentrl.rl.config import PRESETS, TRAIN_ONLY, RLConfig
 from agentrl.rl.warm_start import check_warm_start, warm_start_fn
 
 

@@ -402,8 +402,8 @@ class RunSession:
         Raises:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
         """
-        from agentrl.cli_checks import check_output_dir
         from agentrl.envs import env_names
+        from agentrl.preflight import check_output_dir
 
         cfg.validate()
         if (cfg.rollout_workers or cfg.ray_graders) and cls is RunSession:
@@ -445,7 +445,7 @@ class RunSession:
     @classmethod
     @contextlib.contextmanager
     def _started(cls, cfg: RLConfig, out: Path, tasks: TaskSets, sampler: Any) -> Iterator[RunSession]:
-        from agentrl.cli_checks import archive_previous
+        from agentrl.preflight import archive_previous
         from agentrl.report.log import log_config, progress, setup_logging
         from agentrl.report.trackers import open_tracker
 

@@ -279,6 +279,19 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
         return sess.results_path
 
 
+def evaluate_only(cfg: RLConfig) -> tuple[EvalReport, Path]:
+    """`agentrl eval`: the trainer's held-out evaluation of `cfg.model` on its own (no optimizer step; the
+    run folder, results file, plots and report as a run writes them). Returns (the report, results path).
+
+    Raises: what RunSession.open raises (bad input before any work, named)."""
+    cfg.steps = 0
+    with RunSession.open(cfg) as sess:
+        rep = run_eval(sess, "eval", 0)
+        sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
+        write_plots_and_report(sess)
+    return rep, sess.results_path
+
+
 def _over_time_budget(sess: RunSession, done: int, elapsed_s: float) -> bool:
     """True when cfg.max_train_s (> 0) has passed after `done` < cfg.steps steps: the run then stops taking
     steps, records `stopped_early` (reason, steps done of planned, seconds) and goes on to the evaluation

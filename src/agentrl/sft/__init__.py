@@ -2,7 +2,7 @@
 
 `agentrl.sft.data` builds token-level trajectories (scripted experts played through the real
 environments, JSONL files); `agentrl.sft.trainer` is the NLL loop over their policy tokens;
-`agentrl.sft.commands` is `agentrl sft`; `agentrl.sft.warm_start` is `agentrl train --warm-start sft`.
+`agentrl.sft.run` is `agentrl sft`; `agentrl.sft.warm_start` is `agentrl train --warm-start sft`.
 Importing this package registers that warm start with the trainer (agentrl.rl.warm_start); nothing
 heavy is imported here, so `agentrl --help` stays fast.
 """

@@ -199,7 +199,7 @@ def save_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike, *, t
     Raises:
         ValueError: `path` is a directory, lies under a file, or cannot be written (names `path`).
     """
-    from agentrl.cli_checks import check_output_file
+    from agentrl.preflight import check_output_file
 
     p = check_output_file(path, "trajectory file")
     n = 0

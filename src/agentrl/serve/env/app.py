@@ -186,7 +186,7 @@ def run_server(cfg: EnvServerConfig, *, ready: Any = None) -> int:
     Raises:
         ValueError: `cfg.port` is already in use on `cfg.host` (checked before the environment is built).
     """
-    from agentrl.cli_checks import check_port_free
+    from agentrl.preflight import check_port_free
 
     check_port_free(cfg.host, cfg.port)
     served = build_app(cfg)

@@ -121,3 +121,14 @@ def unrecognized_message(parser: argparse.ArgumentParser, extras: list[str]) -> 
         if close:
             hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
     return "unrecognized arguments: " + " ".join(extras) + "".join(f"\n  {h}" for h in hints)
+
+
+def positive_int(text: str) -> int:
+    """argparse `type=` for counts that must be >= 1; raises argparse.ArgumentTypeError otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value

@@ -7,7 +7,7 @@ import random
 import sys
 import time
 
-from agentrl.cli_checks import positive_int
+from agentrl.cli.args import positive_int
 
 
 def _families(text: str | None) -> list[str] | None:
@@ -143,7 +143,7 @@ def cmd_show(args) -> int:
 
 def cmd_export(args) -> int:
     """Write tasks as JSONL; prints the count and path."""
-    from agentrl.cli_checks import check_output_file
+    from agentrl.preflight import check_output_file
     from agentrl.tasks.generate import heldout_tasks
     from agentrl.tasks.jsonl import save_tasks
     from agentrl.tasks.rename import randomize_names

@@ -1,20 +1,17 @@
-"""`agentrl sft`: supervised warm start on expert trajectories (or a JSONL file), saved for `agentrl train --model`.
-
-Not the RL trainer. Writes into --out: the model and tokenizer (save_pretrained), `sft_summary.json`
+"""An SFT run (`agentrl sft`): supervised warm start on expert trajectories (or a JSONL file), saved for
+`agentrl train --model`. Not the RL trainer and not the command (agentrl.cli.sft). Writes into --out: the model and tokenizer (save_pretrained), `sft_summary.json`
 (config, loss curve, token counts, NLL before/after, wall clock) and `sft.log`.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import random
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.cli_checks import positive_int
 from agentrl.sft.config import SFTConfig
 
 log = logging.getLogger("agentrl.sft")
@@ -75,70 +72,6 @@ class SFTRunConfig:
     agent_isolation: str = "auto"
     agent_binary: str = ""
     agent_timeout_s: float = 300.0
-
-
-def register(subparsers: Any) -> None:
-    """Add `sft` to the agentrl command line."""
-    p = subparsers.add_parser("sft", help="supervised warm start on expert trajectories (or a JSONL file)")
-    d, s = SFTRunConfig(), SFTConfig()
-    p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
-    p.add_argument("--model", default=d.model, help="tiny-qwen3 | small-qwen3 | smollm2-135m-instruct (agentrl assets fetch) | local folder | HF id in the cache")
-    p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
-    p.add_argument("--chat-template", default=d.chat_template,
-                   help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path; "
-                        "saved with the output model")
-    p.add_argument("--tasks", default=d.tasks,
-                   help="task source the expert plays: bugfix (default) | wordle | another train --tasks source")
-    p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
-    p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
-    p.add_argument("--split", default=d.split, choices=("train", "heldout"))
-    p.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
-    p.add_argument("--max-turns", type=int, default=d.max_turns)
-    p.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
-    p.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
-    p.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
-    from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
-
-    p.add_argument("--device", default=d.device, help=DEVICE_HELP)
-    p.add_argument("--dtype", default=d.dtype, type=dtype_arg, choices=DTYPES,
-                   help=DTYPE_HELP + " Weights stay fp32; bf16 runs forward/backward under autocast.")
-    p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
-                   help="template thinking mode, as train --thinking (default: off)")
-    p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
-    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
-    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
-    p.add_argument("--lora-target-modules", default=d.lora_target_modules,
-                   help="all-linear (every linear layer but the LM head) or comma-separated module names")
-    p.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
-    p.add_argument("--agent", default=d.agent, choices=("", "opencode"),
-                   help="play the expert through a black-box harness: opencode (bug-fix tasks; the warm start "
-                        "of `train --agent opencode`) (default: '', agentrl's own --env loop)")
-    p.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
-                   help="with --agent: bubblewrap where usable (auto), required (bwrap), or none")
-    p.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
-    p.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
-                   help="with --agent: wall-clock limit of one harness run, seconds")
-    for f in fields(SFTConfig):
-        if f.name in ("betas", "autocast_bf16"):
-            continue
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name))
-    p.set_defaults(func=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    """CLI entry: split `args` into SFTRunConfig + SFTConfig and run; exit code 0 on success."""
-    from agentrl.models.device import resolve_dtype
-
-    run = SFTRunConfig(**{f.name: getattr(args, f.name) for f in fields(SFTRunConfig)})
-    dtype = resolve_dtype(run.dtype, run.model)
-    if dtype == "fp16":
-        raise ValueError(f"--dtype {run.dtype}: fp16 SFT needs loss scaling, which agentrl does not do; "
-                         "pass --dtype bf16 (autocast) or fp32")
-    knobs = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if hasattr(args, f.name)}
-    cfg = SFTConfig(**knobs, autocast_bf16=dtype == "bf16")
-    run_sft(SFTRunConfig(**{**asdict(run), "dtype": dtype}), cfg)
-    return 0
 
 
 def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None) -> list:
@@ -202,9 +135,9 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
     """
     from agentrl.chat.bundled import tokenizer_template
-    from agentrl.cli_checks import archive_previous, prepare_output_dir
     from agentrl.models.device import resolve_device
     from agentrl.models.load import load_policy
+    from agentrl.preflight import archive_previous, prepare_output_dir
     from agentrl.report.log import setup_logging
     from agentrl.report.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.update import enable_gradient_checkpointing
@@ -212,7 +145,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.sft.trainer import policy_nll, save_policy, sft
 
     if run.save_jsonl:  # before the model loads and the expert plays, not after
-        from agentrl.cli_checks import check_output_file
+        from agentrl.preflight import check_output_file
 
         check_output_file(run.save_jsonl, "--save-jsonl")
     if not run.from_jsonl and run.n_tasks < 1:

@@ -1,4 +1,4 @@
-"""`agentrl smoke`: check the chat template and the tools, run N held-out episodes, print transcripts and stats.
+"""The smoke check behind `agentrl smoke`: the chat template and the tools checked, N held-out episodes run.
 
 Not training and not evaluation (no confidence intervals): a quick end-to-end check that a model,
 its template and an environment work together, on CPU in under two minutes with the defaults.
@@ -6,7 +6,6 @@ its template and an environment work together, on CPU in under two minutes with 
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 from collections import Counter
@@ -46,38 +45,6 @@ class SmokeConfig:
     show: int = 2
     seed: int = 0
     thinking: bool = False
-
-
-def register(subparsers: Any) -> None:
-    """Add `smoke` to the agentrl command line."""
-    p = subparsers.add_parser("smoke", help="check template and tools, run a few held-out episodes, print transcripts")
-    d = SmokeConfig()
-    p.add_argument("--model", default=d.model, help="tiny-qwen3 | smollm2-135m-instruct (agentrl assets fetch) | local folder | HF id in the local cache")
-    p.add_argument("--tokenizer", default=d.tokenizer, help="tokenizer folder (default: the model's own)")
-    p.add_argument("--chat-template", default=d.chat_template,
-                   help="template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja path")
-    p.add_argument("--env", default=d.env, help="environment name (default coding-tools)")
-    from agentrl.cli_checks import positive_int
-
-    for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
-        kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
-        p.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name))
-    from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
-
-    p.add_argument("--dtype", default=d.dtype, type=dtype_arg, choices=DTYPES, help=DTYPE_HELP)
-    p.add_argument("--device", default=d.device, help=DEVICE_HELP)
-    p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
-    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=d.thinking,
-                   help="template thinking mode: the policy writes its own <think> block (default: off)")
-    p.set_defaults(func=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    """CLI entry: build a SmokeConfig from `args`, run it, print the report; exit code 0 on success."""
-    cfg = SmokeConfig(**{k: getattr(args, k) for k in SmokeConfig.__dataclass_fields__})
-    report = run_smoke(cfg)
-    print_report(report, cfg)
-    return 0
 
 
 def _envs_and_tasks(cfg: SmokeConfig) -> tuple[list, Any]:
@@ -147,16 +114,3 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
         "wall_clock_s": time.perf_counter() - t0,
         "episodes_per_s": len(trajs) / rollout_s if rollout_s > 0 else float("nan"),
     }
-
-
-def print_report(report: dict[str, Any], cfg: SmokeConfig) -> None:
-    """Print the smoke report: checks, a few transcripts, end reasons, reward and per-episode tool stats."""
-    print(f"template check: {report['template_check']}")
-    print(f"env check ({cfg.env}): {report['env_check']}")
-    for tr in report["trajectories"][: cfg.show]:
-        print(f"\n--- transcript {tr.task_id} ---\n{tr.transcript}")
-    print(f"\nend reasons: {report['end_reasons']}   mean reward: {report['mean_reward']:.3f}   "
-          f"unscorable: {report['unscorable']}")
-    print("tool stats (mean per episode): " + ", ".join(f"{k}={v:.2f}" for k, v in report["tool_stats"].items()))
-    print(f"{len(report['trajectories'])} episodes in {report['wall_clock_s']:.1f} s "
-          f"({report['episodes_per_s']:.2f} episodes/s in rollout)")

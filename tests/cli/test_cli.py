@@ -69,7 +69,7 @@ def test_help_imports_no_torch_or_transformers():
 
 def test_one_dtype_vocabulary_across_every_command(capsys):
     """Every command takes the same --dtype spellings, stores the canonical name and refuses others alike."""
-    from agentrl.rl.config import config_from_args
+    from agentrl.cli.flags import config_from_args
 
     parser = build_parser()
     for alias, canonical in (("bfloat16", "bf16"), ("float32", "fp32"), ("torch.bfloat16", "bf16"), ("auto", "auto"),

@@ -1,4 +1,7 @@
-"""Up-front checks of command-line output paths and counts, raising clear ValueErrors. Not the writers.
+"""Up-front checks of output paths and ports, raising clear ValueErrors. Not the writers.
+
+A base module (the standard library only): the run folder (agentrl.rl.session), the SFT run, task and
+results writers and the servers call it before they write or bind.
 
 The CLI maps ValueError to a one-line "agentrl <cmd>: error: ..." (exit 2), so each message names the
 flag, the path and what was expected instead of surfacing an OSError traceback from deep in a run.
@@ -6,7 +9,6 @@ flag, the path and what was expected instead of surfacing an OSError traceback f
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import socket
@@ -140,14 +142,3 @@ def check_port_free(host: str, port: int, flag: str = "--port") -> None:
         except OSError as e:
             why = "is in use (another server?)" if e.errno == 98 else f"cannot be bound ({e.strerror or e})"
             raise ValueError(f"{flag} {port} on {host} {why}; pass another {flag}") from None
-
-
-def positive_int(text: str) -> int:
-    """argparse `type=` for counts that must be >= 1; raises argparse.ArgumentTypeError otherwise."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value

@@ -1,7 +1,7 @@
-"""The `agentrl` command: argparse front end that dispatches to each stage's `commands` module.
+"""The `agentrl` command: the top-level parser and the dispatch to one module of agentrl.cli per command.
 
 Each module listed in COMMAND_MODULES defines `register(subparsers)`, which adds its sub-command(s)
-with `set_defaults(func=fn)`; `fn(args) -> int` is a `main(cfg)`-style function, never a loop here.
+with `set_defaults(func=fn)`; `fn(args) -> int` builds a config and calls one library function.
 Heavy imports (torch, transformers) happen inside those functions, so `agentrl --help` stays fast.
 """
 
@@ -12,19 +12,19 @@ import importlib
 import os
 import sys
 
-# One line per stage; each module adds its own sub-commands.
+# One module per command, in `agentrl --help` order; each adds its own sub-command(s).
 COMMAND_MODULES: tuple[str, ...] = (
-    "agentrl.tasks.commands",
-    "agentrl.envs.commands",
-    "agentrl.models.commands",
-    "agentrl.rollout.commands",
-    "agentrl.report.commands",
-    "agentrl.sft.commands",
-    "agentrl.rl.commands",
-    "agentrl.scale.commands",  # wraps `train` for torchrun (after rl.commands)
-    "agentrl.serve.commands",
-    "agentrl.harness.commands",
-    "agentrl.serve.env.commands",
+    "agentrl.cli.tasks",
+    "agentrl.cli.env",
+    "agentrl.cli.assets",
+    "agentrl.cli.smoke",
+    "agentrl.cli.report",
+    "agentrl.cli.sft",
+    "agentrl.cli.train",
+    "agentrl.cli.eval",
+    "agentrl.cli.serve_policy",
+    "agentrl.cli.agent_check",
+    "agentrl.cli.serve",
 )
 
 
@@ -40,10 +40,10 @@ def _offline_defaults() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every registered sub-command (agentrl.cli_args conventions: no prefix
+    """The top-level parser with every registered sub-command (agentrl.cli.args conventions: no prefix
     abbreviation, dashed flags, defaults in help, "did you mean" under the sub-command that was mistyped)."""
     from agentrl import __version__
-    from agentrl.cli_args import AgentrlParser
+    from agentrl.cli.args import AgentrlParser
 
     parser = AgentrlParser(prog="agentrl", description="Train LLM coding agents with RL (GRPO).")
     parser.add_argument("--version", action="version", version=f"agentrl {__version__}")

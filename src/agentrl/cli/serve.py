@@ -34,44 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drain-timeout-s", type=float, default=d.drain_timeout_s,
                    help="on SIGTERM, how long in-flight requests may finish, seconds")
     p.set_defaults(func=serve_main)
-    _extend_eval(sub)
-
-
-def _extend_eval(sub: argparse._SubParsersAction) -> None:
-    """Give `agentrl eval` (agentrl.rl.commands) the served-environment flags: with --env-url it scores
-    --models on the server's held-out tasks (agentrl.serve.env.eval); without, it runs unchanged.
-    Added from here because rl/ must not import a front end (tests/test_layers.py)."""
-    ev = sub.choices.get("eval")
-    if ev is None:
-        return
-    ev.add_argument("--env-url", default="", help="score on the held-out tasks of an `agentrl serve` server "
-                    "instead of a local environment (the server's --env and --tasks apply)")
-    ev.add_argument("--models", nargs="+", default=None, help="with --env-url: several models on the same tasks "
-                    "in one pass, one table, paired differences against the first (default: --model)")
-    ev.add_argument("--concurrency", type=int, default=16,
-                    help="with --env-url: episodes (server sessions) at a time")
-    local = ev.get_default("func")
-
-    def eval_dispatch(args: argparse.Namespace) -> int:
-        if args.env_url:
-            return served_eval_main(args)
-        if args.models:
-            raise ValueError("--models needs --env-url (a served environment); locally, evaluate one --model "
-                             "at a time")
-        return local(args)
-
-    ev.set_defaults(func=eval_dispatch)
-
-
-def served_eval_main(args: argparse.Namespace) -> int:
-    """`agentrl eval --env-url URL --models A B ...`."""
-    from agentrl.rl.config import config_from_args
-    from agentrl.serve.env.eval import eval_served
-
-    cfg = config_from_args(args)
-    cfg.steps = 0
-    eval_served(cfg, args.env_url, args.models or [cfg.model], concurrency=args.concurrency)
-    return 0
 
 
 def serve_main(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """`agentrl serve-policy`: the policy behind an OpenAI-compatible endpoint that records token ids and log-probs.
 
-Not the server itself (agentrl.serve.policy.server / policy_app). Any OpenAI-compatible agent harness
+Not the server itself (agentrl.serve.policy.server / app). Any OpenAI-compatible agent harness
 can be pointed at `http://HOST:PORT/v1` with the rollout id as its API key; the traces are read back
 with `GET /rollouts/<id>/trace` (or `DELETE /rollouts/<id>`, which also closes the rollout), and
 `--trace-dir` writes each closed rollout's trace as `<id>.json` too.
@@ -13,25 +13,25 @@ import ipaddress
 import logging
 from typing import Any
 
+from agentrl.cli.args import positive_int
+from agentrl.cli.flags import add_policy_flags
+
 log = logging.getLogger("agentrl.serve")
+# the policy flags' defaults of `serve-policy` (agentrl.cli.flags.POLICY_FLAGS; no --chat-template or --thinking)
+POLICY_DEFAULTS = argparse.Namespace(model="tiny-qwen3", tokenizer=None, dtype="fp32", device="auto",
+                                     allow_download=False)
 
 
 def register(subparsers: Any) -> None:
     """Add `serve-policy` to the agentrl command line."""
-    from agentrl.cli_checks import positive_int
-
     p = subparsers.add_parser("serve-policy", help="serve the policy as OpenAI chat completions, recording "
                               "every call's token ids and sampler log-probs per rollout (API key = rollout id)")
-    p.add_argument("--model", default="tiny-qwen3", help="tiny-qwen3 | local folder | HF id in the local cache")
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's own)")
-    from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, DTYPES, dtype_arg
+    add_policy_flags(p, POLICY_DEFAULTS, only=("model", "tokenizer", "dtype", "device", "allow_download"))
     from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
     p.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--dtype", default="fp32", type=dtype_arg, choices=DTYPES, help=DTYPE_HELP)
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
     p.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
     p.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
@@ -40,7 +40,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
     p.add_argument("--require-open", action="store_true",
                    help="refuse rollout ids not opened with POST /rollouts/<id> (default: any API key opens one)")
-    p.add_argument("--allow-download", action="store_true", help="let Hugging Face download missing files")
     p.set_defaults(func=main)
 
 
@@ -67,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     """Serve until interrupted (Ctrl-C). Raises ValueError for a bad port or one already in use."""
     import uvicorn
 
-    from agentrl.cli_checks import check_port_free
+    from agentrl.preflight import check_port_free
     from agentrl.serve.policy.app import create_app
 
     if not 0 < args.port < 65536:

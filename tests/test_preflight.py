@@ -7,7 +7,8 @@ import socket
 import pytest
 
 from agentrl.cli import main
-from agentrl.cli_checks import check_output_file, check_port_free, positive_int, prepare_output_dir
+from agentrl.cli.args import positive_int
+from agentrl.preflight import check_output_file, check_port_free, prepare_output_dir
 from agentrl.tasks import load_tasks, make_tasks, save_tasks
 
 
@@ -90,7 +91,7 @@ def test_smoke_zero_episodes_is_a_clear_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["smoke", "--episodes", "0"])
     assert e.value.code == 2 and "--episodes" in capsys.readouterr().err
-    from agentrl.rollout.commands import SmokeConfig, run_smoke
+    from agentrl.rollout.smoke import SmokeConfig, run_smoke
 
     with pytest.raises(ValueError, match="episodes >= 1"):
         run_smoke(SmokeConfig(episodes=0))
@@ -168,7 +169,7 @@ def test_positive_int():
 
 
 def test_archive_previous_moves_runs_aside_never_nesting(tmp_path):
-    from agentrl.cli_checks import archive_previous
+    from agentrl.preflight import archive_previous
 
     out = tmp_path / "run"
     assert archive_previous(out, "results.json") is None  # nothing there
