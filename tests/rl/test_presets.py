@@ -76,8 +76,6 @@ def test_warm_start_fields_are_validated(kw, words):
 
 
 def test_sft_warm_start_is_registered_and_checked_before_a_run():
-    import agentrl.sft  # noqa: F401 - registers "sft" (the agentrl command imports it too)
-
     assert callable(warm_start_fn("sft"))
     check_warm_start(RLConfig.from_preset("demo"))
     check_warm_start(RLConfig(warm_start="none", env="wordle", tasks="wordle"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import agentrl.sft  # noqa: F401 - registers the "sft" warm start
 from agentrl.report.results import validate_results
 from agentrl.rl.config import RLConfig
 from agentrl.rl.trainer import train

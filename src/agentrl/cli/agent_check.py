@@ -1,15 +1,12 @@
 """`agentrl agent-check`: is the black-box harness installed and can it be isolated here?
 
-Not the episodes (agentrl.harness.episode). Importing this module (the `agentrl` command does) also
-registers the "opencode" backend of `agentrl train --agent opencode` (agentrl.harness).
+Not the episodes (agentrl.harness.episode).
 """
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
-
-import agentrl.harness  # noqa: F401 - registers the opencode agent backend with the trainer
 
 
 def register(subparsers: Any) -> None:

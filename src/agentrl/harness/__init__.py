@@ -1,40 +1,7 @@
 """Black-box agent harnesses run per rollout against the policy server (opencode); see docs/blackbox.md.
 
-Importing this package registers the "opencode" agent backend with the trainer
-(`agentrl train --agent opencode`, `RLConfig(agent="opencode")`).
+`agentrl train --agent opencode` (`RLConfig(agent="opencode")`) runs agentrl.harness.backend, which the
+trainer's agent registry (agentrl.rl.agent_backends) names by import path; nothing is registered on import.
 """
 
-from agentrl.rl.agent_backends import register_agent
-
 MIN_CONTEXT_TOKENS = 8192
-
-
-def _check_opencode(cfg, tasks):
-    """Before a run: opencode is installed, the context fits its prompt, the tasks are bug-fix repositories."""
-    from agentrl.harness.opencode import find_opencode
-
-    if cfg.max_context_tokens < MIN_CONTEXT_TOKENS:
-        raise ValueError(f"--agent opencode needs --max-context-tokens >= {MIN_CONTEXT_TOKENS} (opencode's own system "
-                         f"prompt and tool schemas are about 4,500 tokens), got {cfg.max_context_tokens}")
-    sample = (tasks.train or tasks.heldout)[0]
-    if sample.source_file not in sample.files:
-        raise ValueError(f"--agent opencode runs on repositories (bug-fix tasks); task {sample.id!r} has none")
-    find_opencode(cfg.agent_binary or None)
-
-
-def _opencode(cfg, model, tokenizer, sampler, sandbox, sampling):
-    """The trainer's opencode backend: AgentRollouts over `model` (rl.backends' factory signature)."""
-    from agentrl.harness.episode import AgentConfig
-    from agentrl.harness.rollouts import AgentRollouts
-    from agentrl.serve.policy.server import RolloutBudget
-
-    budget = RolloutBudget(max_calls=cfg.agent_max_calls, max_completion_tokens=cfg.agent_max_calls * cfg.max_new_tokens,
-                           max_wall_s=cfg.agent_timeout_s)
-    acfg = AgentConfig(timeout_s=cfg.agent_timeout_s, budget=budget, context_tokens=cfg.max_context_tokens,
-                       output_tokens=cfg.max_new_tokens, isolation=cfg.agent_isolation,
-                       binary=cfg.agent_binary or None, workers=max(1, cfg.gen_batch))
-    return AgentRollouts(model, tokenizer, sampler=sampler, sampling=sampling,
-                         max_context_tokens=cfg.max_context_tokens, sandbox=sandbox, cfg=acfg)
-
-
-register_agent("opencode", _opencode, check=_check_opencode)
