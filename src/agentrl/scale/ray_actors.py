@@ -181,32 +181,3 @@ class RayGradersMixin:
     @classmethod
     def make_sandbox(cls, cfg: Any) -> RaySandbox:
         return RaySandbox(cfg.ray_graders)
-
-
-class RolloutWorkerActor:
-    """A Ray actor that runs one rollout worker (agentrl.scale.workers.worker_main) until told to stop."""
-
-    def serve(self, cfg: Any, rank: int, world: int, init_method: str, backend: str, device: str) -> int:
-        from agentrl.scale.workers import worker_main
-
-        worker_main(cfg, rank, world, init_method, backend, device)
-        return rank
-
-
-def start_worker_actors(cfgs: list[Any], world: int, init_method: str, backend: str, *,
-                        env: dict[str, str] | None = None) -> list[tuple[Any, Any]]:
-    """Start one RolloutWorkerActor per worker config (rank i+1; a GPU each when backend is NCCL, then
-    the actor sees its GPU as cuda:0), with `env` (e.g. agentrl.scale.net.loopback_socket_env()) set in
-    each actor's process through Ray's runtime_env. Returns [(actor, ObjectRef of its serve loop)]."""
-    init_ray()
-    import ray
-
-    gpu = backend == "nccl"
-    actor = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0)(RolloutWorkerActor)
-    if env:
-        actor = actor.options(runtime_env={"env_vars": dict(env)})
-    out = []
-    for i, cfg in enumerate(cfgs):
-        a = actor.remote()
-        out.append((a, a.serve.remote(cfg, i + 1, world, init_method, backend, "cuda:0" if gpu else "cpu")))
-    return out

@@ -165,8 +165,6 @@ def _launch(cfg: RLConfig, wcfgs: list[RLConfig], devices: list[str], init: str,
     their runtime environment. Returns (processes, [(actor, serve ref)])."""
     n = len(devices)
     if cfg.worker_launcher == "ray":
-        from agentrl.scale.ray_actors import start_worker_actors
-
         return [], start_worker_actors(wcfgs, n + 1, init, backend, env=net_env)
     ctx = mp.get_context("spawn")
     procs = []
@@ -378,3 +376,32 @@ class RolloutWorkersSession(RunSession):
         m = super().update(batch, group_ids=group_ids, generator=generator, minibatches=minibatches)
         m.update(self.workers.metrics())  # the push that preceded this batch's collection
         return m
+
+
+class RolloutWorkerActor:
+    """A Ray actor that runs one rollout worker (agentrl.scale.workers.worker_main) until told to stop."""
+
+    def serve(self, cfg: Any, rank: int, world: int, init_method: str, backend: str, device: str) -> int:
+        worker_main(cfg, rank, world, init_method, backend, device)
+        return rank
+
+
+def start_worker_actors(cfgs: list[Any], world: int, init_method: str, backend: str, *,
+                        env: dict[str, str] | None = None) -> list[tuple[Any, Any]]:
+    """Start one RolloutWorkerActor per worker config (rank i+1; a GPU each when backend is NCCL, then
+    the actor sees its GPU as cuda:0), with `env` (e.g. agentrl.scale.net.loopback_socket_env()) set in
+    each actor's process through Ray's runtime_env. Returns [(actor, ObjectRef of its serve loop)]."""
+    from agentrl.scale.ray_actors import init_ray
+
+    init_ray()
+    import ray
+
+    gpu = backend == "nccl"
+    actor = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0)(RolloutWorkerActor)
+    if env:
+        actor = actor.options(runtime_env={"env_vars": dict(env)})
+    out = []
+    for i, cfg in enumerate(cfgs):
+        a = actor.remote()
+        out.append((a, a.serve.remote(cfg, i + 1, world, init_method, backend, "cuda:0" if gpu else "cpu")))
+    return out
