@@ -123,7 +123,7 @@ def register_step(sess, replay: ExpertReplaySampler, step: int) -> None:
     """Register the expert turns of every episode train_step(sess, step) will run (same tasks, same seed)."""
     from agentrl.chat.template import render_prompt
     from agentrl.envs import make_env
-    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.run_setup import env_kwargs
     from agentrl.rl.trainer import _seed, step_tasks
 
     cfg = sess.cfg

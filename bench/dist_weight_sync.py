@@ -28,14 +28,13 @@ def main() -> None:
     import torch
 
     from agentrl.rl.config import RLConfig
-    from agentrl.rl.session import RunSession
     from agentrl.scale.data_parallel import open_rank_session
     from agentrl.scale.workers import WorkerPool
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RLConfig(env="edit-menu", device="cpu", async_rollouts=True, rollout_workers=1, out=f"{tmp}/run")
-        with open_rank_session(RunSession, cfg, name="bench") as sess:
+        with open_rank_session(cfg, name="bench") as sess:
             copy = sess.rollout_copy()
             local = []
             for _ in range(args.repeats):

@@ -231,3 +231,38 @@ def test_importing_every_module_registers_nothing():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["after"] == out["before"]
     assert out["before"]["warm_starts"] == ["sft"] and out["before"]["agents"] == ["opencode"]
+
+
+def test_strategies_compose_the_session_instead_of_subclassing_it():
+    """agentrl.scale's strategies are Backends composed over a LocalBackend: no class subclasses RunSession
+    and no run-layer class (rl/, scale/) is assembled at run time with type(name, bases, namespace)."""
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", getattr(b, "attr", "")) == "RunSession"
+                                                      for b in node.bases):
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno} class {node.name}(RunSession)")
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "type" and len(node.args) == 3
+                    and path.relative_to(SRC).parts[0] in ("rl", "scale")):  # (TRL's env classes are built so)
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno} type(name, bases, namespace)")
+    assert bad == []
+
+
+def test_every_backend_implements_the_protocol():
+    """LocalBackend and agentrl.scale's backends have every method of agentrl.rl.backend.Backend, with its
+    parameters (names and kinds), so the trainer can call any of them through RunSession."""
+    import inspect
+
+    pytest.importorskip("torch")
+    from agentrl.rl.backend import Backend, LocalBackend
+    from agentrl.scale.data_parallel import DataParallelBackend
+    from agentrl.scale.workers import RolloutWorkersBackend
+
+    methods = ("rollout", "update", "checkpoint", "rollout_copy", "sync_weights", "decide")
+
+    def params(fn):
+        return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+    for cls in (LocalBackend, DataParallelBackend, RolloutWorkersBackend):
+        for name in methods:
+            assert params(getattr(cls, name)) == params(getattr(Backend, name)), f"{cls.__name__}.{name}"

@@ -51,7 +51,7 @@ def test_results_file_mode_matches_ordinary_files(tmp_path):
 
 
 def test_run_lock_is_removed_when_the_run_ends(tmp_path):
-    from agentrl.rl.session import _exclusive
+    from agentrl.rl.run_folder import exclusive as _exclusive
 
     out = tmp_path / "run"
     with _exclusive(out):

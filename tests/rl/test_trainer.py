@@ -211,7 +211,7 @@ def test_out_dot_never_archives_the_working_directory(tmp_path, monkeypatch, cap
 
 
 def test_a_second_job_on_the_same_out_is_refused(tmp_path):
-    from agentrl.rl.session import _exclusive
+    from agentrl.rl.run_folder import exclusive as _exclusive
 
     out = tmp_path / "busy"
     with _exclusive(out):
@@ -268,7 +268,7 @@ def test_env_and_task_source_mismatch_is_named(tmp_path, capsys):
 
 def test_wordle_training_envs_get_the_word_list():
     from agentrl.envs import ToolCall, make_env
-    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.run_setup import env_kwargs
     from agentrl.tasks.words import wordle_tasks
 
     kw = env_kwargs(RLConfig(env="wordle", tasks="wordle"), sandbox=None)

@@ -38,7 +38,7 @@ def test_pool_pushes_weights_and_samples_on_the_worker(tmp_path):
     from agentrl.scale.data_parallel import open_rank_session
 
     cfg = RLConfig(**TINY, out=str(tmp_path / "run"))
-    with open_rank_session(RunSession, cfg, name="test") as sess:
+    with open_rank_session(cfg, name="test") as sess:
         pool = WorkerPool.start(cfg, 1, "cpu", timeout_s=300)
         try:
             before = pool.checksums()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,8 @@ def _log_step(step: int, m: dict[str, float]) -> None:
     log.info("step %d  end reasons: %s", step, ", ".join(f"{k} {v:.2f}" for k, v in ends.items()) or "none")
 
 
-def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] = RunSession) -> Path:
+def train(cfg: RLConfig, *, sampler: Any = None,
+          open_session: Callable[..., AbstractContextManager[RunSession]] | None = None) -> Path:
     """Run GRPO per `cfg` and return the results JSON path.
 
     Order: the warm start (`cfg.warm_start`, e.g. SFT on scripted experts), held-out evaluation
@@ -241,13 +243,14 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
     Args:
         sampler: optional token-level sampler (agentrl.rollout.driver.SampleFn) used instead of HF
             generate, e.g. a client of an inference server that returns ids and log-probs.
-        session_cls: the RunSession class (agentrl.scale's data-parallel and rollout-worker sessions
+        open_session: opens the run's session, `open_session(cfg, sampler=sampler)` (default
+            RunSession.open; agentrl.scale's data-parallel and rollout-worker strategies pass theirs and
             reuse this schedule; only the main process writes results, plots and checkpoints).
 
     Raises:
         FileNotFoundError / ValueError: missing model or data, invalid config (before any work).
     """
-    with session_cls.open(cfg, sampler=sampler) as sess:
+    with (open_session or RunSession.open)(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_warm_start(sess)  # a resumed run's checkpoint already holds the warm-started weights
             run_eval(sess, "before", 0)

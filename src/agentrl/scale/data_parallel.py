@@ -1,7 +1,8 @@
-"""DataParallelSession: one rank of a `torchrun` GRPO run (FSDP2 update, rollouts split by group).
+"""Data parallel under torchrun: one rank's session with a DataParallelBackend (FSDP2 update, rollouts split
+by group), opened by `open_data_parallel`.
 
 Not the schedule (agentrl.rl.trainer.train runs unchanged on every rank) and not the maths
-(agentrl.scale.update). What differs from a RunSession:
+(agentrl.scale.update). What differs from a single-process run:
 - rank 0 opens the run as usual (output folder, lock, results file, log, tracker, checkpoints);
   the other ranks load the same inputs but write nothing (their results document is rank 0's,
   broadcast at the start and kept in memory, so every rank takes the same branches of the schedule);
@@ -21,19 +22,31 @@ import copy
 import logging
 import random
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from agentrl.report.log import LineProgress
 from agentrl.report.results import RunResults
+from agentrl.report.trackers import Tracker
+from agentrl.rl.backend import LocalBackend
 from agentrl.rl.config import RLConfig
-from agentrl.rl.session import RunSession, run_task_sets
+from agentrl.rl.run_setup import load_inputs, run_task_sets
+from agentrl.rl.session import RunSession, default_sandbox
+from agentrl.rl.update import enable_gradient_checkpointing
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.scale.context import DistContext, shard_groups
+from agentrl.scale.fsdp import (
+    build_engine,
+    copy_full_weights,
+    decoder_layers,
+    gather_optimizer_state,
+    load_optimizer_state,
+)
+from agentrl.scale.update import dp_minibatch_step
 from agentrl.tasks.task import Task
 
 log = logging.getLogger("agentrl.train")
@@ -71,97 +84,89 @@ def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
 
 
 @contextlib.contextmanager
-def open_rank_session(cls: type[RunSession], cfg: RLConfig, sampler: Any = None, *, name: str
-                      ) -> Iterator[Any]:
-    """A session of `cls` that writes nothing (another rank of a data-parallel run, or a rollout worker):
-    the same policy, tokenizer, tasks and a sandbox of its own, loaded and checked as RunSession.open
-    loads them; an in-memory results document; no tracker, progress only on the `agentrl.<name>` logger.
-    The sandbox is closed on exit."""
-    from agentrl.report.log import LineProgress
-    from agentrl.report.trackers import Tracker
-    from agentrl.rl.session import _load_inputs
-    from agentrl.rl.update import enable_gradient_checkpointing
-
+def open_rank_session(cfg: RLConfig, sampler: Any = None, *, name: str,
+                      make_sandbox: Callable[[RLConfig], Any] | None = None) -> Iterator[RunSession]:
+    """A RunSession that writes nothing (another rank of a data-parallel run, or a rollout worker): the
+    same policy, tokenizer, tasks and a sandbox of its own (`make_sandbox(cfg)`, default
+    agentrl.sandbox.Sandbox()), loaded and checked as RunSession.open loads them; an in-memory results
+    document; no tracker, progress only on the `agentrl.<name>` logger. The sandbox is closed on exit."""
     cfg.validate()
     tasks = run_task_sets(cfg)
-    sandbox = cls.make_sandbox(cfg)
+    sandbox = (make_sandbox or default_sandbox)(cfg)
     try:
-        inputs = _load_inputs(cfg, tasks, sandbox)
+        inputs = load_inputs(cfg, tasks, sandbox)
         model = inputs.model
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
         out = Path(cfg.out).expanduser().resolve()
         results = RankLocalResults(out / "results.json", cfg.to_dict(), seed=cfg.seed, write=False)
-        sess = cls(cfg=cfg, out=out, model=model, tokenizer=inputs.tokenizer, optimizer=None, sandbox=sandbox,
-                   tasks=tasks, results=results, device=inputs.device, ref_model=ref, main_process=False)
-        if sampler is None:  # the registered --sampler, as RunSession.open builds it
-            sampler = sess.build_sampler(model)
-            sess.registered_sampler = True
-        from agentrl.rollout.driver import bind_sampler
-
-        bind_sampler(sampler, model, sess.tokenizer)  # a sampler with bind() samples this rank's policy
-        sess.sampler, sess.tracker = sampler, Tracker()
+        sess = RunSession(cfg=cfg, out=out, model=model, tokenizer=inputs.tokenizer, optimizer=None,
+                          sandbox=sandbox, tasks=tasks, results=results, device=inputs.device, ref_model=ref,
+                          main_process=False)
+        sess.attach_sampler(sampler)  # the registered --sampler, bound to this rank's policy
+        sess.tracker = Tracker()
         sess.progress = LineProgress(logging.getLogger(f"agentrl.{name}"), interval_s=float("inf"))
         yield sess
     finally:
         sandbox.close()
 
 
-@dataclass
-class DataParallelSession(RunSession):
-    """One rank's RunSession in a torchrun run (module docstring). Build it with `open(cfg)`."""
+@contextlib.contextmanager
+def open_data_parallel(cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSession]:
+    """Join the torchrun process group and open this rank's session (rank 0: RunSession.open, the other
+    ranks: open_rank_session) with a DataParallelBackend (module docstring).
 
-    ctx: DistContext | None = None
-    engine: Any = None  # the FSDP2 agentrl.scale.fsdp.LogprobEngine that the optimizer steps
+    Raises:
+        ValueError: not under torchrun, an unsupported option, or RunSession.open's errors.
+    """
+    check_data_parallel(cfg)
+    ctx = DistContext.from_env(cfg.device)
+    cfg.device = ctx.device
+    opener = RunSession.open(cfg, sampler=sampler) if ctx.is_main else open_rank_session(cfg, sampler,
+                                                                                         name=f"rank{ctx.rank}")
+    with opener as sess:
+        sess.backend = DataParallelBackend.attach(sess, ctx)
+        yield sess
+
+
+class DataParallelBackend:
+    """One rank's Backend (agentrl.rl.backend) in a torchrun run: rollouts over the ranks' shards, the FSDP2
+    update, collective decisions and checkpoints; the local backend of `sess` samples this rank's share
+    and writes rank 0's checkpoint. Build it with `attach(sess, ctx)`."""
+
+    def __init__(self, sess: RunSession, ctx: DistContext, engine: Any, local: LocalBackend):
+        self.sess, self.ctx, self.engine, self.local = sess, ctx, engine, local
 
     @classmethod
-    @contextlib.contextmanager
-    def open(cls, cfg: RLConfig, *, sampler: Any = None) -> Iterator[DataParallelSession]:
-        """Join the torchrun process group and open this rank's session (rank 0: RunSession.open).
-
-        Raises:
-            ValueError: not under torchrun, an unsupported option, or RunSession.open's errors.
-        """
-        check_data_parallel(cfg)
-        ctx = DistContext.from_env(cfg.device)
-        cfg.device = ctx.device
-        opener = super().open(cfg, sampler=sampler) if ctx.is_main else open_rank_session(cls, cfg, sampler,
-                                                                                           name=f"rank{ctx.rank}")
-        with opener as sess:
-            sess._attach(ctx)
-            yield sess
-
-    def _attach(self, ctx: DistContext) -> None:
+    def attach(cls, sess: RunSession, ctx: DistContext) -> DataParallelBackend:
         """Make every rank start alike (rank 0's step, results document, weights and reference), then
         build the FSDP2 engine and its optimizer (with rank 0's optimizer state on --resume)."""
-        from agentrl.scale.fsdp import build_engine, decoder_layers, load_optimizer_state
-
-        self.ctx = ctx
-        state = ctx.broadcast_object({"start_step": self.start_step, "results": self.results.data}
+        state = ctx.broadcast_object({"start_step": sess.start_step, "results": sess.results.data}
                                      if ctx.is_main else None)
         if not ctx.is_main:
-            self.start_step, self.results.data = state["start_step"], state["results"]
-        broadcast_module(self.model)
-        if self.ref_model is not None:
-            broadcast_module(self.ref_model)
-        self.engine = build_engine(self.model, ctx.device)
-        opt = torch.optim.AdamW([p for p in self.engine.parameters() if p.requires_grad], lr=self.cfg.lr,
-                                weight_decay=self.cfg.weight_decay)
-        if self.start_step > 0:
-            load_optimizer_state(self.engine, opt, self.optimizer.state_dict() if ctx.is_main else None,
-                                 self.model, is_main=ctx.is_main)
-        self.optimizer = opt
+            sess.start_step, sess.results.data = state["start_step"], state["results"]
+        broadcast_module(sess.model)
+        if sess.ref_model is not None:
+            broadcast_module(sess.ref_model)
+        engine = build_engine(sess.model, ctx.device)
+        opt = torch.optim.AdamW([p for p in engine.parameters() if p.requires_grad], lr=sess.cfg.lr,
+                                weight_decay=sess.cfg.weight_decay)
+        if sess.start_step > 0:
+            load_optimizer_state(engine, opt, sess.optimizer.state_dict() if ctx.is_main else None,
+                                 sess.model, is_main=ctx.is_main)
+        sess.optimizer = opt
         if ctx.is_main:
-            self.results.set("distributed", {"launcher": "torchrun", "world_size": ctx.world_size,
+            sess.results.set("distributed", {"launcher": "torchrun", "world_size": ctx.world_size,
                                              "backend": ctx.backend, "engine": "fsdp2"})
             log.info("data parallel: %d ranks (%s), FSDP2 over %d decoder layers + root", ctx.world_size,
-                     ctx.backend, len(decoder_layers(self.engine.lm)))
+                     ctx.backend, len(decoder_layers(engine.lm)))
+        return cls(sess, ctx, engine, LocalBackend(sess))
 
     # -- rollouts ---------------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None,
                 label: str = "rollout", policy_version: int | None = None, policy: Any = None) -> list[Trajectory]:
-        """RunSession.rollout over all ranks: this rank samples the groups shard_groups gives it (each
+        """LocalBackend.rollout over all ranks: this rank samples the groups shard_groups gives it (each
         episode its own group when `group_ids` is None), and every rank returns all trajectories, in
         the order of `tasks`. Collective: every rank calls it with the same tasks."""
         gids = list(group_ids) if group_ids is not None else list(range(len(tasks)))
@@ -169,27 +174,31 @@ class DataParallelSession(RunSession):
         mine = [i for i, r in enumerate(owner) if r == self.ctx.rank]
         local: list[Trajectory] = []
         if mine:
-            local = super().rollout([tasks[i] for i in mine], seed=shard_seed(seed, mine[0]),
-                                    group_ids=[gids[i] for i in mine], label=label, policy_version=policy_version,
-                                    policy=policy)
+            local = self.local.rollout([tasks[i] for i in mine], seed=shard_seed(seed, mine[0]),
+                                       group_ids=[gids[i] for i in mine], label=label,
+                                       policy_version=policy_version, policy=policy)
         out: list[Trajectory | None] = [None] * len(tasks)
         for idx, trajs in self.ctx.all_gather_objects((mine, local)):
             for i, tr in zip(idx, trajs, strict=True):
                 out[i] = tr
         return out  # type: ignore[return-value]
 
+    def rollout_copy(self) -> Any:
+        return self.local.rollout_copy()
+
+    def sync_weights(self, policy: Any) -> None:
+        self.local.sync_weights(policy)
+
     # -- the update -------------------------------------------------------------------------------
     def update(self, batch: Any, *, group_ids: Sequence[int], generator: torch.Generator | None,
                minibatches: int) -> dict[str, float]:
         """dp_minibatch_step on this rank's groups, then the new weights into the plain policy (timed)."""
-        from agentrl.scale.fsdp import copy_full_weights
-        from agentrl.scale.update import dp_minibatch_step
-
+        sess = self.sess
         owner = torch.tensor(shard_groups(list(group_ids), self.ctx.world_size))
-        m = dp_minibatch_step(self.engine, self.optimizer, batch, owner, self.ctx, self.cfg, ref_model=self.ref_model,
+        m = dp_minibatch_step(self.engine, sess.optimizer, batch, owner, self.ctx, sess.cfg, ref_model=sess.ref_model,
                               generator=generator, minibatches=minibatches)
         t0 = time.perf_counter()
-        nbytes = copy_full_weights(self.engine, self.model)
+        nbytes = copy_full_weights(self.engine, sess.model)
         m["dist/weight_sync_s"] = time.perf_counter() - t0
         m["dist/weight_sync_bytes"] = float(nbytes)
         m["dist/world_size"] = float(self.ctx.world_size)
@@ -202,21 +211,20 @@ class DataParallelSession(RunSession):
         return bool(self.ctx.broadcast_object(bool(flag)))
 
     def checkpoint(self, step: int, final: bool = False) -> Path | None:
-        """RunSession.checkpoint in the single-process format: the optimizer state is gathered from the
+        """LocalBackend.checkpoint in the single-process format: the optimizer state is gathered from the
         shards (collective), rank 0 writes the plain model and that state."""
-        from agentrl.scale.fsdp import gather_optimizer_state
-
-        every = self.cfg.checkpoint_every
-        if not every or (step % every and step != self.cfg.steps and not final):
+        sess = self.sess
+        every = sess.cfg.checkpoint_every
+        if not every or (step % every and step != sess.cfg.steps and not final):
             return None
-        state = gather_optimizer_state(self.engine, self.optimizer, self.model, is_main=self.ctx.is_main)
+        state = gather_optimizer_state(self.engine, sess.optimizer, sess.model, is_main=self.ctx.is_main)
         if not self.ctx.is_main:
             return None
-        holder = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.lr,
-                                   weight_decay=self.cfg.weight_decay)
+        holder = torch.optim.AdamW([p for p in sess.model.parameters() if p.requires_grad], lr=sess.cfg.lr,
+                                   weight_decay=sess.cfg.weight_decay)
         holder.load_state_dict(state)
-        live, self.optimizer = self.optimizer, holder
+        live, sess.optimizer = sess.optimizer, holder
         try:
-            return super().checkpoint(step, final=final)
+            return self.local.checkpoint(step, final=final)
         finally:
-            self.optimizer = live
+            sess.optimizer = live

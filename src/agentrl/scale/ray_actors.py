@@ -175,9 +175,7 @@ class RaySandbox:
         self.close()
 
 
-class RayGradersMixin:
-    """Mixed into a RunSession class: the run's sandbox is a RaySandbox of cfg.ray_graders actors."""
-
-    @classmethod
-    def make_sandbox(cls, cfg: Any) -> RaySandbox:
-        return RaySandbox(cfg.ray_graders)
+def ray_sandbox(cfg: Any) -> RaySandbox:
+    """The run's sandbox when it grades in Ray actors: a RaySandbox of cfg.ray_graders actors (pass it as
+    RunSession.open's `make_sandbox`)."""
+    return RaySandbox(cfg.ray_graders)

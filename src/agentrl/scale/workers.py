@@ -30,7 +30,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from agentrl.rl.config import RLConfig
 from agentrl.rl.session import RunSession
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.scale.context import shard_groups
+from agentrl.scale.data_parallel import open_rank_session
 from agentrl.scale.net import environ_set, loopback_socket_env
 from agentrl.tasks.task import Task
 
@@ -143,8 +144,6 @@ class WorkerLoop:
 def worker_main(cfg: RLConfig, rank: int, world: int, init_method: str, backend: str, device: str) -> None:
     """Entry of a spawned rollout worker: join the pool's group, load the policy (and sandbox) like the
     trainer, then serve commands until "stop"."""
-    from agentrl.scale.data_parallel import open_rank_session
-
     _die_with_parent()
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -152,7 +151,7 @@ def worker_main(cfg: RLConfig, rank: int, world: int, init_method: str, backend:
                             timeout=_dt.timedelta(seconds=TIMEOUT_S))
     ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     try:
-        with open_rank_session(RunSession, cfg, name=f"worker{rank}") as sess:
+        with open_rank_session(cfg, name=f"worker{rank}") as sess:
             dist.gather_object({"ready": rank, "device": sess.device, "pid": os.getpid()}, None, dst=0, group=ctrl)
             WorkerLoop(sess, rank, device if backend == "nccl" else "cpu", ctrl).run()
     finally:
@@ -332,50 +331,61 @@ class RemotePolicy:
     pool: Any
 
 
-@dataclass
-class RolloutWorkersSession(RunSession):
-    """A RunSession whose asynchronous rollouts run on a WorkerPool (module docstring); evaluations
-    stay in the trainer process, on the learner's weights."""
+@contextlib.contextmanager
+def open_with_rollout_workers(cfg: RLConfig, *, sampler: Any = None,
+                              make_sandbox: Callable[[RLConfig], Any] | None = None) -> Iterator[RunSession]:
+    """RunSession.open with a RolloutWorkersBackend: the asynchronous producer's rollouts run on a
+    WorkerPool of cfg.rollout_workers processes (module docstring); the pool is closed on exit.
 
-    workers: Any = None
+    Raises: ValueError: an option the workers do not support, or RunSession.open's errors."""
+    check_rollout_workers(cfg)
+    worker_devices(cfg.device, cfg.rollout_workers)  # refused before any work
+    with RunSession.open(cfg, sampler=sampler, make_sandbox=make_sandbox, scaled=True) as sess:
+        pool = WorkerPool.start(cfg, cfg.rollout_workers, sess.device)
+        sess.backend = RolloutWorkersBackend(sess, pool, sess.backend)
+        sess.results.set("distributed", {"launcher": f"rollout-workers ({pool.launcher})",
+                                         "rollout_workers": pool.size, "devices": pool.devices,
+                                         "backend": pool.backend})
+        try:
+            yield sess
+        finally:
+            pool.close()
 
-    @classmethod
-    @contextlib.contextmanager
-    def open(cls, cfg: RLConfig, *, sampler: Any = None) -> Iterator[RolloutWorkersSession]:
-        check_rollout_workers(cfg)
-        worker_devices(cfg.device, cfg.rollout_workers)  # refused before any work
-        with super().open(cfg, sampler=sampler) as sess:
-            pool = WorkerPool.start(cfg, cfg.rollout_workers, sess.device)
-            sess.workers = pool
-            sess.results.set("distributed", {"launcher": f"rollout-workers ({pool.launcher})",
-                                             "rollout_workers": pool.size, "devices": pool.devices,
-                                             "backend": pool.backend})
-            try:
-                yield sess
-            finally:
-                pool.close()
+
+class RolloutWorkersBackend:
+    """A Backend (agentrl.rl.backend) whose asynchronous rollouts run on a WorkerPool; evaluations, the
+    update and checkpoints are the `local` backend's, in the trainer process on the learner's weights."""
+
+    def __init__(self, sess: RunSession, pool: WorkerPool, local: Any):
+        self.sess, self.workers, self.local = sess, pool, local
 
     def rollout_copy(self) -> RemotePolicy:
         return RemotePolicy(self.workers)
 
     def sync_weights(self, policy: Any) -> None:
         if isinstance(policy, RemotePolicy):
-            policy.pool.push_weights(self.model)
+            policy.pool.push_weights(self.sess.model)
         else:
-            super().sync_weights(policy)
+            self.local.sync_weights(policy)
 
     def rollout(self, tasks: Sequence[Task], *, seed: int, group_ids: Sequence[int] | None = None,
                 label: str = "rollout", policy_version: int | None = None, policy: Any = None) -> list[Trajectory]:
         if isinstance(policy, RemotePolicy):
             return policy.pool.rollout(tasks, seed=seed, group_ids=group_ids, policy_version=policy_version)
-        return super().rollout(tasks, seed=seed, group_ids=group_ids, label=label, policy_version=policy_version,
-                               policy=policy)
+        return self.local.rollout(tasks, seed=seed, group_ids=group_ids, label=label, policy_version=policy_version,
+                                  policy=policy)
 
     def update(self, batch: Any, *, group_ids: Sequence[int], generator: torch.Generator | None,
                minibatches: int) -> dict[str, float]:
-        m = super().update(batch, group_ids=group_ids, generator=generator, minibatches=minibatches)
+        m = self.local.update(batch, group_ids=group_ids, generator=generator, minibatches=minibatches)
         m.update(self.workers.metrics())  # the push that preceded this batch's collection
         return m
+
+    def checkpoint(self, step: int, final: bool = False) -> Path | None:
+        return self.local.checkpoint(step, final=final)
+
+    def decide(self, flag: bool) -> bool:
+        return self.local.decide(flag)
 
 
 class RolloutWorkerActor:

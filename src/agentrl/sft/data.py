@@ -133,7 +133,7 @@ def expert_trajectories(
         check: assert each trajectory's ids equal the template's rendering of the conversation.
         enable_thinking: template thinking mode (each turn as the template renders a thinking-mode turn).
         env_kwargs: further constructor arguments of the environment (e.g. a run's max_edits and
-            max_observation_chars, agentrl.rl.session.env_kwargs); `sandbox` and `max_turns` win over them.
+            max_observation_chars, agentrl.rl.run_setup.env_kwargs); `sandbox` and `max_turns` win over them.
         on_progress: called with (episodes played, episodes in all) after each episode.
 
     Returns:

@@ -63,7 +63,7 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
     Raises:
         ValueError: the expert cannot play the tasks, or no trajectory fits max_context_tokens.
     """
-    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.run_setup import env_kwargs
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.trainer import policy_nll, sft
 
