@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrl.rollout.device import torch_dtype
+from agentrl.models.device import torch_dtype
+from agentrl.models.presets import TINY_QWEN3_OVERRIDES
 
 HERE = Path(__file__).resolve().parent
 CONFIG_CANDIDATES = (HERE.parent / "shared/assets/qwen3-0.6b-config", HERE.parent.parent / "shared/assets/qwen3-0.6b-config",
-                     Path("../shared/assets/qwen3-0.6b-config"), Path("/work/shared/assets/qwen3-0.6b-config"))
-# CPU smoke-test sizes (the --tiny flag): same code path, a model that runs in seconds on two cores.
-TINY = {"num_hidden_layers": 2, "max_window_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+                     Path("../shared/assets/qwen3-0.6b-config"))
+# CPU smoke-test sizes (the --tiny flag): the library's "tiny-qwen3" preset sizes, so the same code path runs
+# in seconds on two cores (max_position_embeddings left as the config has it).
+TINY = {k: v for k, v in TINY_QWEN3_OVERRIDES.items() if k != "max_position_embeddings"}
 
 
 def find_config(path: str | None) -> Path:

@@ -30,9 +30,9 @@ import traceback
 from _common import Table, device_meta, free, is_oom, make_model, peak_gib, target, target_text, timed
 from bench_rollout import make_contexts
 
-from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.fast_sampler import FastSampler
-from agentrl.rollout.sampler import SamplingConfig
+from agentrl.rollout.hf_sampler import SamplingConfig
 
 
 def ragged_budgets(batch: int, max_new: int, seed: int) -> list[int]:

@@ -26,9 +26,9 @@ import traceback
 import torch
 from _common import Table, device_meta, free, is_oom, make_model, peak_gib, sync, target, target_text
 
-from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.fast_sampler import FastSampler
-from agentrl.rollout.sampler import SamplingConfig
+from agentrl.rollout.hf_sampler import SamplingConfig
 
 
 def _sampler(model, args, **kw) -> FastSampler:

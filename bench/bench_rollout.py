@@ -35,9 +35,9 @@ from _common import (
 )
 from transformers import GenerationConfig
 
-from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.rollout.fast_sampler import FastSampler
-from agentrl.rollout.sampler import SamplingConfig
+from agentrl.rollout.hf_sampler import SamplingConfig
 
 
 def make_contexts(batch: int, ctx: int, vocab: int, seed: int) -> list[list[int]]:

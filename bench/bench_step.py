@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 from _common import Table, device_meta, free, is_oom, make_model, target, target_text
 
-from agentrl.rollout.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
-from agentrl.rollout.models import _qwen3_tokenizer_source, load_tokenizer
-from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns
+from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.models.load import load_tokenizer
+from agentrl.models.presets import qwen3_tokenizer_source
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sample_turns
 
 try:
     from agentrl.envs import expert_turns, make_env
@@ -113,7 +114,7 @@ def save_random_model(args, workdir: Path) -> str:
     model = make_model(args.config, "bf16", args.device)  # random init on the GPU is fast; each setting loads
     # it in its own dtype (RLConfig.dtype)
     model.save_pretrained(workdir / "model")
-    load_tokenizer(_qwen3_tokenizer_source()).save_pretrained(workdir / "model")
+    load_tokenizer(qwen3_tokenizer_source()).save_pretrained(workdir / "model")
     del model
     return str(workdir / "model")
 
@@ -122,7 +123,7 @@ def register_step(sess, replay: ExpertReplaySampler, step: int) -> None:
     """Register the expert turns of every episode train_step(sess, step) will run (same tasks, same seed)."""
     from agentrl.chat.template import render_prompt
     from agentrl.envs import make_env
-    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.run_setup import env_kwargs
     from agentrl.rl.trainer import _seed, step_tasks
 
     cfg = sess.cfg

@@ -26,11 +26,11 @@ import torch
 from _common import Table, device_meta, free, is_oom, make_model, target, target_text
 
 import agentrl.rl.update as update
+from agentrl.models.device import DEVICE_HELP, dtype_arg, resolve_device
 from agentrl.rl.advantages import group_advantages
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.config import RLConfig
 from agentrl.rl.logprobs import policy_logprobs
-from agentrl.rollout.device import DEVICE_HELP, dtype_arg, resolve_device
 
 
 def naive_logprobs(model, input_ids, attention_mask, policy_mask, *, chunk_rows: int = 0, temperature: float = 1.0,

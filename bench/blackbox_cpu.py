@@ -24,12 +24,12 @@ from pathlib import Path
 
 
 def opencode_episodes(n: int) -> dict:
-    from agentrl.agents.episode import AgentConfig, BlackBoxRunner
-    from agentrl.rollout.models import load_policy
-    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.harness.episode import AgentConfig, BlackBoxRunner
+    from agentrl.models.load import load_policy
+    from agentrl.rollout.hf_sampler import SamplingConfig
     from agentrl.rollout.scripted import ScriptedSampler, tool_call_text
     from agentrl.sandbox import Sandbox
-    from agentrl.serve.policy_server import PolicyServer
+    from agentrl.serve.policy.server import PolicyServer
     from agentrl.tasks import make_tasks
 
     model, tok = load_policy("tiny-qwen3")

@@ -1,4 +1,4 @@
-"""Weight-sync seconds on CPU: the learner's weights into rollout workers (agentrl.dist.workers) over gloo,
+"""Weight-sync seconds on CPU: the learner's weights into rollout workers (agentrl.scale.workers) over gloo,
 against the in-process copy of the asynchronous trainer (RunSession.sync_weights) as the baseline.
 
     .venv/bin/python bench/dist_weight_sync.py [--workers 1 2] [--repeats 5] [--out results/bench/dist_weight_sync_cpu.json]
@@ -27,15 +27,14 @@ def main() -> None:
 
     import torch
 
-    from agentrl.dist.session import open_rank_session
-    from agentrl.dist.workers import WorkerPool
     from agentrl.rl.config import RLConfig
-    from agentrl.rl.session import RunSession
+    from agentrl.scale.data_parallel import open_rank_session
+    from agentrl.scale.workers import WorkerPool
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RLConfig(env="edit-menu", device="cpu", async_rollouts=True, rollout_workers=1, out=f"{tmp}/run")
-        with open_rank_session(RunSession, cfg, name="bench") as sess:
+        with open_rank_session(cfg, name="bench") as sess:
             copy = sess.rollout_copy()
             local = []
             for _ in range(args.repeats):

@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    from agentrl.serve.env_server_app import BackgroundServer, EnvServerConfig
-    from agentrl.serve.env_server_load import run_load, summary
+    from load_generator import run_load, summary
+
+    from agentrl.serve.env.app import BackgroundServer, EnvServerConfig
 
     cfg = EnvServerConfig(env=args.env, tasks=args.tasks, train_size=args.train_size, eval_size=8, port=0,
                           max_concurrent_envs=args.sessions, seed=args.seed)

@@ -18,7 +18,7 @@ PY=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 # torch first: the pinned CPU wheel lies on this machine's disk; an unpinned torch would pull a CUDA build.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[test,trl,trackers,ray]"   # trl: TRL + OpenEnv; trackers: --report-to; ray: agentrl.dist
+.venv/bin/pip install -q -e ".[test,trl,trackers,ray]"   # trl: TRL + OpenEnv; trackers: --report-to; ray: agentrl.scale
 # opencode, the black-box agent of `agentrl train --agent opencode` (pinned; npm ships its platform binary
 # as the optional dependency opencode-<os>-<arch>). Optional: without npm everything else still works.
 OPENCODE_VERSION=1.18.33

@@ -4,7 +4,7 @@ Every `import agentrl.x` / `from agentrl.x import ...` / relative import anywher
 functions: a lazy import is still a dependency) is an edge from the importing module's package to the
 imported one. The layer order is docs/design.md's ("Package layers"):
 
-    base (paths, cli_checks, cli_args, registry) < sandbox < tasks < envs < chat < models < rollout < eval < io < rl < front ends
+    base (paths, preflight, registry) < sandbox < tasks < envs < chat < models < rollout < eval < report < rl < front ends
 
 A package may import only packages below it; no library package imports a front end.
 """
@@ -19,9 +19,9 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentrl"
 
-BASE = ("__init__", "paths", "cli_checks", "cli_args", "registry")  # leaf modules anyone may import; they import only each other
-LAYERS = ("sandbox", "tasks", "envs", "chat", "models", "rollout", "eval", "io", "rl")  # bottom to top
-FRONT_ENDS = ("sft", "serve", "agents", "integrations", "dist", "cli", "__main__")  # over the layers
+BASE = ("__init__", "paths", "preflight", "registry")  # leaf modules anyone may import; they import only each other
+LAYERS = ("sandbox", "tasks", "envs", "chat", "models", "rollout", "eval", "report", "rl")  # bottom to top
+FRONT_ENDS = ("sft", "serve", "harness", "integrations", "scale", "cli", "__main__")  # over the layers
 
 
 def _package(rel: Path) -> str:
@@ -122,17 +122,17 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_checker_sees_lazy_relative_and_cyclic_imports(tmp_path):
     root = _tree(tmp_path, {
-        "io/results.py": "def f():\n    from agentrl.eval.bootstrap import ci\n",  # lazy import
+        "report/results.py": "def f():\n    from agentrl.eval.bootstrap import ci\n",  # lazy import
         "eval/run.py": "from ..tasks import task\n",  # relative import
-        "tasks/__init__.py": "from . import task\nimport agentrl.io.checks\n",
+        "tasks/__init__.py": "from . import task\nimport agentrl.report.checks\n",
         "tasks/task.py": "import os\n",
     })
     graph = package_graph(root)
-    assert graph["io"] == {"eval": ["io/results.py:2"]}
+    assert graph["report"] == {"eval": ["report/results.py:2"]}
     assert graph["eval"] == {"tasks": ["eval/run.py:1"]}
-    assert graph["tasks"] == {"io": ["tasks/__init__.py:2"]}
-    assert find_cycle(graph) == ["eval", "tasks", "io", "eval"]
-    assert layer_violations(graph) == ["tasks imports io, a layer above it (tasks/__init__.py:2)"]
+    assert graph["tasks"] == {"report": ["tasks/__init__.py:2"]}
+    assert find_cycle(graph) == ["eval", "tasks", "report", "eval"]
+    assert layer_violations(graph) == ["tasks imports report, a layer above it (tasks/__init__.py:2)"]
 
 
 @pytest.mark.parametrize(("files", "expected"), [
@@ -142,3 +142,127 @@ def test_checker_sees_lazy_relative_and_cyclic_imports(tmp_path):
 ])
 def test_checker_flags_base_and_front_end_edges(tmp_path, files, expected):
     assert layer_violations(package_graph(_tree(tmp_path, files))) == [expected]
+
+
+def module_graph(root: Path) -> dict[str, dict[str, str]]:
+    """{module: {imported agentrl module: "file:line"}} (dotted names without the `agentrl.` prefix; an
+    imported name that is a package's attribute, `from agentrl.x import y` with y not a module, is an edge
+    to agentrl.x)."""
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+               for p in root.rglob("*.py")}
+    graph: dict[str, dict[str, str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        src = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        graph[src] = {}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            for mod in _imported(node, rel):
+                parts = mod.split(".")
+                if parts[0] != "agentrl" or len(parts) < 2:
+                    continue
+                name = ".".join(parts[1:])
+                targets = [name]
+                if isinstance(node, ast.ImportFrom):  # `from pkg import mod` names the module mod
+                    targets = [f"{name}.{a.name}" if f"{name}.{a.name}" in modules else name for a in node.names]
+                for dst in targets:
+                    if dst != src and dst in modules:
+                        graph[src].setdefault(dst, f"{rel}:{node.lineno}")
+    return graph
+
+
+def test_the_module_graph_is_acyclic():
+    """No two modules import each other, directly or around a loop (lazy imports inside functions count)."""
+    graph = module_graph(SRC)
+    cycle = find_cycle({k: {d: [w] for d, w in v.items()} for k, v in graph.items()})
+    assert cycle is None, "module cycle " + " -> ".join(
+        f"{a} ({graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)) + f" -> {cycle[-1]}"
+
+
+def test_commands_live_in_cli_and_the_library_never_imports_it():
+    """Every `agentrl ...` command is a module of cli/ (no `commands.py` elsewhere); cli/ is imported only
+    by itself and `python -m agentrl`."""
+    assert [str(p.relative_to(SRC)) for p in SRC.rglob("commands.py")] == []
+    users = sorted(f"{src} ({where})" for src, deps in module_graph(SRC).items()
+                   if not (src == "cli" or src.startswith("cli.") or src == "__main__")
+                   for dst, where in deps.items() if dst == "cli" or dst.startswith("cli."))
+    assert users == []
+
+
+SNAPSHOT = r"""
+import importlib, json, pkgutil, sys
+import agentrl
+from agentrl.envs import env_specs
+from agentrl.rl.agent_backends import _AGENTS
+from agentrl.rl.estimators import ADV_ESTIMATORS
+from agentrl.rl.warm_start import _WARM_STARTS
+from agentrl.rollout.samplers import SAMPLERS
+
+def snapshot():
+    return {"envs": list(env_specs()), "agents": list(_AGENTS), "warm_starts": list(_WARM_STARTS),
+            "estimators": list(ADV_ESTIMATORS), "samplers": list(SAMPLERS)}
+
+before = snapshot()
+skipped = []
+for info in pkgutil.walk_packages(agentrl.__path__, "agentrl."):
+    if info.name == "agentrl.__main__":
+        continue
+    try:
+        importlib.import_module(info.name)
+    except ModuleNotFoundError as e:  # an optional extra (ray, openenv, trl) that is not installed
+        if (e.name or "").startswith("agentrl"):
+            raise
+        skipped.append(info.name)
+print(json.dumps({"before": before, "after": snapshot(), "skipped": skipped}))
+"""
+
+
+def test_importing_every_module_registers_nothing():
+    """A fresh interpreter's registries hold the same names before and after importing every module of
+    the package (the CLI included): nothing registers itself as a side effect of being imported."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
+    r = subprocess.run([sys.executable, "-c", SNAPSHOT], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["after"] == out["before"]
+    assert out["before"]["warm_starts"] == ["sft"] and out["before"]["agents"] == ["opencode"]
+
+
+def test_strategies_compose_the_session_instead_of_subclassing_it():
+    """agentrl.scale's strategies are Backends composed over a LocalBackend: no class subclasses RunSession
+    and no run-layer class (rl/, scale/) is assembled at run time with type(name, bases, namespace)."""
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", getattr(b, "attr", "")) == "RunSession"
+                                                      for b in node.bases):
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno} class {node.name}(RunSession)")
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "type" and len(node.args) == 3
+                    and path.relative_to(SRC).parts[0] in ("rl", "scale")):  # (TRL's env classes are built so)
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno} type(name, bases, namespace)")
+    assert bad == []
+
+
+def test_every_backend_implements_the_protocol():
+    """LocalBackend and agentrl.scale's backends have every method of agentrl.rl.backend.Backend, with its
+    parameters (names and kinds), so the trainer can call any of them through RunSession."""
+    import inspect
+
+    pytest.importorskip("torch")
+    from agentrl.rl.backend import Backend, LocalBackend
+    from agentrl.scale.data_parallel import DataParallelBackend
+    from agentrl.scale.workers import RolloutWorkersBackend
+
+    methods = ("rollout", "update", "checkpoint", "rollout_copy", "sync_weights", "decide")
+
+    def params(fn):
+        return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+    for cls in (LocalBackend, DataParallelBackend, RolloutWorkersBackend):
+        for name in methods:
+            assert params(getattr(cls, name)) == params(getattr(Backend, name)), f"{cls.__name__}.{name}"

@@ -33,7 +33,7 @@ def test_registry_is_an_ordered_mapping_with_one_error_and_help_form():
 
 
 def test_the_library_registries_share_it():
-    from agentrl.rl.backends import _AGENTS, agent_factory
+    from agentrl.rl.agent_backends import _AGENTS, agent_factory
     from agentrl.rl.estimators import ADV_ESTIMATORS
     from agentrl.rl.warm_start import _WARM_STARTS
     from agentrl.rollout.samplers import SAMPLERS

@@ -1,13 +1,18 @@
 """Named registries: one table of name -> entry per kind (advantage estimators, token samplers, warm starts,
 agent backends), with the lookup error and the --help text they share. Not any entry itself. A base
 module: it imports nothing of agentrl, so every layer may use it.
+
+Nothing registers itself on import. An entry that lives in a package above the registry's (the "sft"
+warm start, the "opencode" agent backend) is listed by import path, `"agentrl.sft.warm_start:run"`,
+and `resolve` imports it when a run first asks for it; so the Python API and the CLI see the same table.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -62,3 +67,19 @@ class Registry(Mapping[str, T], Generic[T]):
     def help(self, lead: str, describe: Callable[[T], str]) -> str:
         """`lead: describe(e1); describe(e2).`: a --help text with one entry per registered name."""
         return f"{lead}: " + "; ".join(describe(e) for e in self._entries.values()) + "."
+
+
+def resolve(ref: str | Callable[..., Any]) -> Callable[..., Any]:
+    """The callable `ref` names: "package.module:attr" is imported now (its module on first use), and a
+    callable is returned as it is.
+
+    Raises:
+        ValueError: a string that is not "module:attr".
+        ImportError / AttributeError: the module or the attribute does not exist.
+    """
+    if callable(ref):
+        return ref
+    module, sep, attr = str(ref).partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"an entry reference must be 'package.module:attr', got {ref!r}")
+    return getattr(importlib.import_module(module), attr)

@@ -4,7 +4,7 @@ hash seed), and names the tasks whose outcome depends on it."""
 import re
 
 from agentrl.cli import main
-from agentrl.envs.commands import session_ceiling
+from agentrl.envs.ceiling import session_ceiling
 from agentrl.sandbox import Sandbox
 from agentrl.tasks.task import Task
 
@@ -18,7 +18,7 @@ def task(tid, reference, tests):
 
 def test_hash_order_dependent_reference_is_reported_flaky_by_id():
     # f's output order is set iteration order of strings: it changes with the interpreter's hash seed, and a
-    # test that reads one position of it is not an order-insensitive comparison (agentrl.envs.unordered)
+    # test that reads one position of it is not an order-insensitive comparison (agentrl.envs.order_insensitive)
     order = task("mbpp-9001", "def f(xs):\n    return list(set(xs))\n",
                  [f"assert f([{a!r}, {b!r}])[0] == {a!r}" for a, b in zip(WORDS[::2], WORDS[1::2], strict=True)])
     stable = task("mbpp-9002", "def f(xs):\n    return sorted(set(xs))\n", ["assert f(['b', 'a', 'b']) == ['a', 'b']"])

@@ -19,7 +19,7 @@ from agentrl.envs import (
     unregister_env,
 )
 from agentrl.rl.config import RLConfig
-from agentrl.rl.session import check_env_fits_tasks, env_kwargs
+from agentrl.rl.run_setup import check_env_fits_tasks, env_kwargs
 from agentrl.tasks.sets import TaskSets
 from agentrl.tasks.words import wordle_task
 

@@ -15,8 +15,8 @@ from agentrl.rollout.scripted import RowReply, script_generate, tool_call_text, 
 
 def qwen3_tokenizer():
     """The real Qwen3 tokenizer at the chat-template revision TRL's GRPOTrainer recognises."""
+    from agentrl.models.load import load_tokenizer
     from agentrl.paths import resolve_asset
-    from agentrl.rollout.models import load_tokenizer
 
     return load_tokenizer(resolve_asset("qwen3-tokenizer-current"))
 
@@ -26,7 +26,7 @@ def scripted_tiny_qwen3(tokenizer, script: RowReply, seed: int = 0):
     import torch
     from transformers import Qwen3ForCausalLM
 
-    from agentrl.rollout.models import tiny_qwen3_config
+    from agentrl.models.presets import tiny_qwen3_config
 
     torch.manual_seed(seed)
     return script_generate(Qwen3ForCausalLM(tiny_qwen3_config()), tokenizer, script)

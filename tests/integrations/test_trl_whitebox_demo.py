@@ -20,7 +20,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from scripted_policy import mbpp_reference_or_stub, qwen3_tokenizer, scripted_tiny_qwen3  # noqa: E402
 
 from agentrl.rollout.scripted import tool_call_text, turns_done  # noqa: E402
-from agentrl.serve.env_server_app import BackgroundServer, EnvServerConfig  # noqa: E402
+from agentrl.serve.env.app import BackgroundServer, EnvServerConfig  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_openenv_whitebox.py"
 

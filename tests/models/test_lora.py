@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from agentrl.cli import main
+from agentrl.models.load import load_policy
 from agentrl.rl.config import RLConfig
-from agentrl.rollout.models import load_policy
 
 LORA = ["--lora-r", "4", "--lora-alpha", "8"]
 

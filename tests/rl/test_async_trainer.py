@@ -8,9 +8,9 @@ import pytest
 import torch
 from test_trainer import _cfg, edit_menu_sampler
 
-from agentrl.io.results import validate_results
+from agentrl.models.load import load_policy
+from agentrl.report.results import validate_results
 from agentrl.rl.trainer import train
-from agentrl.rollout.models import load_policy
 
 NONDETERMINISTIC = ("time/", "async/", "tokens_per_s", "peak_memory", "update_s", "rollout/tokens_per_s")
 

@@ -8,13 +8,14 @@ import shutil
 import pytest
 
 from agentrl.cli import build_parser, main
+from agentrl.cli.flags import config_from_args
 from agentrl.paths import resolve_asset
-from agentrl.rl.config import RLConfig, cli_command, config_from_args
+from agentrl.rl.config import RLConfig, cli_command
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from agentrl.rollout.models import load_policy
+    from agentrl.models.load import load_policy
 
     root = tmp_path_factory.mktemp("models")
     model, tok = load_policy("tiny-qwen3")

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from agentrl.rl.config import RLConfig, config_from_args, rlconfig_parser
+from agentrl.cli.flags import config_from_args, rlconfig_parser
+from agentrl.rl.config import RLConfig
 
 
 def test_defaults_follow_the_writeup():
@@ -94,7 +95,7 @@ def test_compile_layers_needs_a_sampler_that_leaves_the_layers_alone():
 def test_compile_layers_trains_one_step_with_the_layers_compiled(tmp_path, monkeypatch):
     """--compile-layers: the session compiles every decoder layer before the first update (tiny-qwen3, CPU)."""
     import agentrl.rl.update as update
-    from agentrl.io.results import validate_results
+    from agentrl.report.results import validate_results
     from agentrl.rl.trainer import train
 
     compiled = []

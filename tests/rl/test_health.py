@@ -62,8 +62,8 @@ def test_the_real_transfer_run_warns_at_its_one_wobble():
 
 
 def test_warnings_are_schema_valid_in_the_results_file_and_shown_in_the_report(tmp_path):
-    from agentrl.io.html import render_html
-    from agentrl.io.results import validate_results
+    from agentrl.report.html import render_html
+    from agentrl.report.results import validate_results
 
     data = json.loads((RESULTS / "transfer-s0" / "rl" / "results.json").read_text())
     assert "warnings" not in data  # written before the health checks existed

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentrl.cli import build_parser
-from agentrl.io.results import validate_results
+from agentrl.cli.flags import config_from_args
+from agentrl.report.results import validate_results
 from agentrl.rl.checkpoint import latest_checkpoint
-from agentrl.rl.config import config_from_args
 
 STEPS = 4
 CFG = dict(env="edit-menu", steps=STEPS, prompts_per_step=1, group_size=2, eval_n=1, eval_size=1, train_size=4,
@@ -43,7 +43,7 @@ def die_on_nth(fn):
         return fn(*a, **k)
     return wrapped
 
-import agentrl.io.results as results_mod
+import agentrl.report.results as results_mod
 import agentrl.rl.checkpoint as ckpt_mod
 import agentrl.rl.update as update_mod  # the session's update looks minibatch_step up here at each call
 import test_trainer

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from agentrl.cli import build_parser, main
-from agentrl.rl.commands import preset_defaults
-from agentrl.rl.config import PRESETS, TRAIN_ONLY, RLConfig, config_from_args
+from agentrl.cli.flags import config_from_args
+from agentrl.cli.train import preset_defaults
+from agentrl.rl.config import PRESETS, TRAIN_ONLY, RLConfig
 from agentrl.rl.warm_start import check_warm_start, warm_start_fn
 
 
@@ -75,8 +76,6 @@ def test_warm_start_fields_are_validated(kw, words):
 
 
 def test_sft_warm_start_is_registered_and_checked_before_a_run():
-    import agentrl.sft  # noqa: F401 - registers "sft" (the agentrl command imports it too)
-
     assert callable(warm_start_fn("sft"))
     check_warm_start(RLConfig.from_preset("demo"))
     check_warm_start(RLConfig(warm_start="none", env="wordle", tasks="wordle"))

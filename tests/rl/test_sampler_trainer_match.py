@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
+from agentrl.models.load import load_policy
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.config import RLConfig
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
 from agentrl.rollout.fast_sampler import FastSampler
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import SamplingConfig, sample_turns
+from agentrl.rollout.hf_sampler import SamplingConfig, sample_turns
 
 EOT = 151645
 SETTINGS = [(1.0, 5, 1.0), (1.0, 0, 0.7), (0.8, 7, 0.9), (1.3, 40, 0.95)]  # (temperature, top_k, top_p)

@@ -79,7 +79,7 @@ def test_truncated_episodes_are_graded_by_default_and_masked_on_request():
 
 
 def test_mask_truncated_is_a_config_flag():
-    from agentrl.rl.config import rlconfig_parser
+    from agentrl.cli.flags import rlconfig_parser
 
     assert RLConfig().mask_truncated is False
     (cfg,) = rlconfig_parser().parse_args_into_dataclasses(["--mask-truncated"])

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from agentrl.cli import main
-from agentrl.io.results import validate_results
+from agentrl.models.load import load_policy
+from agentrl.report.results import validate_results
 from agentrl.rl import trainer as trainer_mod
 from agentrl.rl.config import RLConfig
 from agentrl.rl.trainer import step_tasks, train
-from agentrl.rollout.models import load_policy
 from agentrl.rollout.scripted import random_edit_sampler
 
 
@@ -53,11 +53,11 @@ def test_grpo_run_trains_and_writes_valid_results(tmp_path):
     data = validate_results(path)
     assert data["status"] == "completed"
     assert [s["step"] for s in data["steps"]] == [0, 1]
-    from agentrl.io.schema import STEP_METRICS
+    from agentrl.report.schema import STEP_METRICS
 
     undocumented = [k for k in data["steps"][0] if k != "step" and k not in STEP_METRICS
                     and not k.startswith(("tools/", "rollout/"))]
-    assert undocumented == [], "document these step metrics in agentrl.io.schema.STEP_METRICS"
+    assert undocumented == [], "document these step metrics in agentrl.report.schema.STEP_METRICS"
     trained = [s for s in data["steps"] if s["adv/frac_zero_std"] < 1.0]
     assert trained, "the scripted random-op policy must give some group a reward spread"
     for s in trained:
@@ -211,7 +211,7 @@ def test_out_dot_never_archives_the_working_directory(tmp_path, monkeypatch, cap
 
 
 def test_a_second_job_on_the_same_out_is_refused(tmp_path):
-    from agentrl.rl.session import _exclusive
+    from agentrl.rl.run_folder import exclusive as _exclusive
 
     out = tmp_path / "busy"
     with _exclusive(out):
@@ -268,7 +268,7 @@ def test_env_and_task_source_mismatch_is_named(tmp_path, capsys):
 
 def test_wordle_training_envs_get_the_word_list():
     from agentrl.envs import ToolCall, make_env
-    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.run_setup import env_kwargs
     from agentrl.tasks.words import wordle_tasks
 
     kw = env_kwargs(RLConfig(env="wordle", tasks="wordle"), sandbox=None)

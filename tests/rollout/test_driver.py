@@ -13,9 +13,9 @@ import torch
 
 from agentrl.chat.template import encode, render_prompt
 from agentrl.envs.base import Env, Observation, StepResult, ToolResult
+from agentrl.models.load import load_policy
 from agentrl.rollout.driver import RolloutConfig, run_episodes
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import Sample, SamplingConfig
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig
 from agentrl.tasks.task import Task
 
 EOT = 151645

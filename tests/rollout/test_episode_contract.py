@@ -15,9 +15,9 @@ import pytest
 from agentrl.chat.template import encode
 from agentrl.envs import DRIVER_END_REASONS, env_names, get_spec, make_env
 from agentrl.envs.coding_tools import coding_tools_turns
+from agentrl.models.load import load_policy
 from agentrl.rollout.driver import RolloutConfig, run_episodes
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import Sample, SamplingConfig
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig
 from agentrl.tasks import make_tasks
 from agentrl.tasks.task import Task
 from agentrl.tasks.words import wordle_task

@@ -5,10 +5,10 @@ import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from agentrl.models.load import load_policy
 from agentrl.rollout.driver import RolloutConfig, run_episodes
 from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import SamplingConfig, sample_turns
+from agentrl.rollout.hf_sampler import SamplingConfig, sample_turns
 
 EOT = 151645
 

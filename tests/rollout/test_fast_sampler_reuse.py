@@ -5,9 +5,9 @@ import pytest
 import torch
 from test_fast_sampler import EOT, contexts, forward_logits
 
+from agentrl.models.load import load_policy
 from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import SamplingConfig
+from agentrl.rollout.hf_sampler import SamplingConfig
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ that can be bound."""
 import pytest
 import torch
 
+from agentrl.models.load import load_policy
 from agentrl.rollout.driver import bind_sampler
-from agentrl.rollout.models import load_policy
 from agentrl.rollout.scripted import (
     ScriptedSampler,
     random_edit_reply,

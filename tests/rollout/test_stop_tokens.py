@@ -9,10 +9,10 @@ import torch
 from test_driver import EchoEnv, call, check_invariants, task
 
 from agentrl.chat.template import encode
+from agentrl.models.load import load_policy
 from agentrl.rollout.driver import RolloutConfig, run_episodes
 from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns, stop_token_ids
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sample_turns, stop_token_ids
 
 EOT, EOS = 151645, 151643  # Qwen3's <|im_end|> (end of turn) and <|endoftext|> (its other eos id)
 

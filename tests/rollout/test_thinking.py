@@ -13,10 +13,10 @@ from agentrl.chat.parse import split_reasoning
 from agentrl.chat.template import encode
 from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
 from agentrl.envs.base import Observation
+from agentrl.models.load import load_policy
 from agentrl.paths import resolve_asset
 from agentrl.rollout.driver import RolloutConfig, run_episodes
-from agentrl.rollout.models import load_policy
-from agentrl.rollout.sampler import Sample, SamplingConfig
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig
 
 TOOLS = [{"type": "function", "function": {"name": "echo", "description": "Echo text back.", "parameters": {
     "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}]

@@ -9,8 +9,8 @@ import pytest
 
 from agentrl.chat.template import observation_messages, render_text
 from agentrl.chat.tito import TurnFormat, turn_format
+from agentrl.models.load import load_policy, load_tokenizer
 from agentrl.paths import resolve_asset
-from agentrl.rollout.models import load_policy, load_tokenizer
 from agentrl.sft.data import (
     check_trajectory_rendering,
     expert_trajectories,

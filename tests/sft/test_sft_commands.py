@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentrl.cli import main
-from agentrl.rollout.models import PRESETS, SMALL_QWEN3_OVERRIDES, tiny_qwen3_config
+from agentrl.models.presets import MODEL_PRESETS, SMALL_QWEN3_OVERRIDES, tiny_qwen3_config
 
 
 def _chat_jsonl(path, n=2):
@@ -40,7 +40,7 @@ def test_sft_cli_bad_jsonl_is_a_clear_error(tmp_path, capsys):
 
 
 def test_small_qwen3_preset_config():
-    assert "small-qwen3" in PRESETS
+    assert "small-qwen3" in MODEL_PRESETS
     cfg = tiny_qwen3_config(**SMALL_QWEN3_OVERRIDES)
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.head_dim) == (4, 384, 64)
     assert cfg.vocab_size == 151936 and cfg.tie_word_embeddings

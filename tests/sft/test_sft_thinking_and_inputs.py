@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentrl.cli import build_parser, main
-from agentrl.rollout.models import load_policy
+from agentrl.models.load import load_policy
 from agentrl.sandbox import Sandbox
 from agentrl.sft.data import expert_trajectories
 from agentrl.tasks import make_tasks

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import agentrl.sft  # noqa: F401 - registers the "sft" warm start
-from agentrl.io.results import validate_results
+from agentrl.report.results import validate_results
 from agentrl.rl.config import RLConfig
 from agentrl.rl.trainer import train
 from agentrl.rl.warm_start import register_warm_start, warm_start_fn

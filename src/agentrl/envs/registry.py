@@ -13,6 +13,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentrl.envs.base import Env, ToolCall
@@ -92,11 +93,9 @@ _EXTRA: dict[str, EnvSpec] = {}
 @functools.cache
 def _builtin_specs() -> dict[str, EnvSpec]:
     """Collect `ENV_SPEC` from every module of agentrl.envs (imported once, in name order)."""
-    import agentrl.envs as package
-
     specs: dict[str, EnvSpec] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+        module = importlib.import_module(f"{__package__}.{info.name}")
         spec = getattr(module, "ENV_SPEC", None)
         if isinstance(spec, EnvSpec):
             if spec.name in specs:

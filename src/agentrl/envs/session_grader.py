@@ -217,9 +217,9 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
         setup: code run before each test (e.g. MBPP's test_imports).
         extra_names: more names whose calls are wrapped (e.g. the task's entry point).
         reference: the task's reference solution; with it, a test the candidate fails is graded
-            order-insensitively when its expected order came from set/dict iteration (agentrl.envs.unordered).
+            order-insensitively when its expected order came from set/dict iteration (agentrl.envs.order_insensitive).
     """
-    from agentrl.envs import unordered
+    from agentrl.envs import order_insensitive
 
     g = secrets.token_hex(8)
     code, names = definitions(cells)
@@ -227,12 +227,12 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
     prelude = _PRELUDE.format(g=g, preimports=pre)
     loose: list[str | None] = [None] * len(tests)
     if reference:
-        extra, loose = unordered.prelude(g, reference, setup, tests)
+        extra, loose = order_insensitive.prelude(g, reference, setup, tests)
         prelude = prelude.replace("# ---- agent code ----\n", extra + "# ---- agent code ----\n")
     source = prelude + code + _EPILOGUE.format(g=g)
     guard = lambda t: harden_test(t, names | set(extra_names), f"_guard{g}")  # noqa: E731
     wrapped = tuple(
-        f"_restore{g}()\n" + (guard(t) if lo is None else unordered.order_free_test(guard(t), guard(lo), i,
+        f"_restore{g}()\n" + (guard(t) if lo is None else order_insensitive.order_free_test(guard(t), guard(lo), i,
                                                                                   f"_order_free{g}"))
         for i, (t, lo) in enumerate(zip(tests, loose, strict=True)))
     return TestJob(files={f"{module}.py": source}, module=module, tests=wrapped, setup=setup, timeout_s=timeout_s)

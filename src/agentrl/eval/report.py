@@ -1,6 +1,6 @@
 """The typed result of one held-out evaluation (per-task and per-family counts, pass@1 with its interval)
 and the paired after - before difference; each computed once, here. Not the runner (agentrl.eval.evaluate)
-and not the results file (agentrl.io.results stores `to_dict()` and nothing else).
+and not the results file (agentrl.report.results stores `to_dict()` and nothing else).
 
 Counting rules: an episode is scorable when its reward is not None (None: the environment could not
 grade it, e.g. a sandbox failure); a success is a scorable episode with reward >= 1. A task's rate is
@@ -114,7 +114,7 @@ class EvalReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON record of agentrl.io.results (keys: tasks, per_family, pass_at_1, unscorable, end_reasons,
+        """The JSON record of agentrl.report.results (keys: tasks, per_family, pass_at_1, unscorable, end_reasons,
         tool_stats)."""
         return {
             "tasks": [{"task_id": t.task_id, "family": t.family, "episodes": t.episodes, "trials": t.trials,

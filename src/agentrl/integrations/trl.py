@@ -5,7 +5,7 @@ receives every column of the dataset row and may return a string (appended to th
 with no separator); every other public method is a tool, its schema built by transformers'
 `get_json_schema` from type hints and a Google-style docstring; an optional `get_reward()` owns the
 reward (None: unscorable, excluded from the group baseline). This module builds such a class from any
-agentrl `Env` (local, or `agentrl.serve.env_server_client.RemoteEnv` for an `agentrl serve` server),
+agentrl `Env` (local, or `agentrl.serve.env.client.RemoteEnv` for an `agentrl serve` server),
 with tool methods generated from the environment's own schemas, so that the schemas TRL renders are
 exactly the ones agentrl's own trainer renders (checked when the class is built).
 
@@ -97,7 +97,7 @@ def served_task_dataset(url: str, split: str = "train", limit: int = 0):
     """
     from datasets import Dataset
 
-    from agentrl.serve.env_server_client import fetch_tasks
+    from agentrl.serve.env.client import fetch_tasks
 
     specs = fetch_tasks(url, split)[: limit or None]
     if not specs:
@@ -383,7 +383,7 @@ def remote_trl_env_class(url: str, *, class_name: str | None = None) -> type[Age
     Raises:
         ConnectionError: the server cannot be reached; ValueError: a schema TRL cannot express.
     """
-    from agentrl.serve.env_server_client import RemoteEnv, server_info
+    from agentrl.serve.env.client import RemoteEnv, server_info
 
     name = server_info(url)["env"]
     default_name = "".join(p.capitalize() for p in name.split("-")) + "RemoteTRL"

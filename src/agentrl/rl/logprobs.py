@@ -8,7 +8,7 @@ The head's post-processing that HF models apply in their own forward is mirrored
 `final_logit_softcapping` and Cohere-style `logit_scale`; other custom heads are not covered.
 
 Sampler = trainer (DESIGN.md rule 2): the sampler's temperature, top-k and top-p are applied here by the
-very warpers the samplers use (agentrl.rollout.sampler.sampling_warpers), in the same order on the same
+very warpers the samplers use (agentrl.rollout.hf_sampler.sampling_warpers), in the same order on the same
 fp32 logits, so the log-probs are those of the distribution that was sampled. Under top-k/top-p a token
 outside the current policy's kept set has log-prob -inf (the loss gives it ratio 0 and no gradient).
 """
@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from agentrl.rl.packing import packable, packed_hidden
-from agentrl.rollout.sampler import SamplingConfig, sampling_warpers
+from agentrl.rollout.hf_sampler import SamplingConfig, sampling_warpers
 
 
 def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from agentrl.eval.bootstrap import BootstrapConfig
 from agentrl.eval.evaluate import episode_record, evaluate, mean_stats
 from agentrl.eval.noise import run_noise
 from agentrl.eval.report import EvalReport, paired_difference
-from agentrl.io.trackers import eval_metrics, step_metrics
+from agentrl.report.trackers import eval_metrics, step_metrics
 from agentrl.rl.batch import collate
 from agentrl.rl.config import RLConfig
 from agentrl.rl.health import step_warnings
@@ -230,7 +231,8 @@ def _log_step(step: int, m: dict[str, float]) -> None:
     log.info("step %d  end reasons: %s", step, ", ".join(f"{k} {v:.2f}" for k, v in ends.items()) or "none")
 
 
-def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] = RunSession) -> Path:
+def train(cfg: RLConfig, *, sampler: Any = None,
+          open_session: Callable[..., AbstractContextManager[RunSession]] | None = None) -> Path:
     """Run GRPO per `cfg` and return the results JSON path.
 
     Order: the warm start (`cfg.warm_start`, e.g. SFT on scripted experts), held-out evaluation
@@ -242,13 +244,14 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
     Args:
         sampler: optional token-level sampler (agentrl.rollout.driver.SampleFn) used instead of HF
             generate, e.g. a client of an inference server that returns ids and log-probs.
-        session_cls: the RunSession class (agentrl.dist's data-parallel and rollout-worker sessions
+        open_session: opens the run's session, `open_session(cfg, sampler=sampler)` (default
+            RunSession.open; agentrl.scale's data-parallel and rollout-worker strategies pass theirs and
             reuse this schedule; only the main process writes results, plots and checkpoints).
 
     Raises:
         FileNotFoundError / ValueError: missing model or data, invalid config (before any work).
     """
-    with session_cls.open(cfg, sampler=sampler) as sess:
+    with (open_session or RunSession.open)(cfg, sampler=sampler) as sess:
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_warm_start(sess)  # a resumed run's checkpoint already holds the warm-started weights
             run_eval(sess, "before", 0)
@@ -283,6 +286,19 @@ def train(cfg: RLConfig, *, sampler: Any = None, session_cls: type[RunSession] =
         return sess.results_path
 
 
+def evaluate_only(cfg: RLConfig) -> tuple[EvalReport, Path]:
+    """`agentrl eval`: the trainer's held-out evaluation of `cfg.model` on its own (no optimizer step; the
+    run folder, results file, plots and report as a run writes them). Returns (the report, results path).
+
+    Raises: what RunSession.open raises (bad input before any work, named)."""
+    cfg.steps = 0
+    with RunSession.open(cfg) as sess:
+        rep = run_eval(sess, "eval", 0)
+        sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
+        write_plots_and_report(sess)
+    return rep, sess.results_path
+
+
 def _over_time_budget(sess: RunSession, done: int, elapsed_s: float) -> bool:
     """True when cfg.max_train_s (> 0) has passed after `done` < cfg.steps steps: the run then stops taking
     steps, records `stopped_early` (reason, steps done of planned, seconds) and goes on to the evaluation
@@ -311,7 +327,7 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
     from agentrl.rl.async_loop import AsyncRollouts
 
     cfg = sess.cfg
-    # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.dist.workers)
+    # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.scale.workers)
     policy = sess.rollout_copy() if cfg.max_staleness > 0 or cfg.rollout_workers else None
     sync = (lambda: sess.sync_weights(policy)) if policy is not None else (lambda: None)
 
@@ -335,8 +351,8 @@ def write_plots_and_report(sess: RunSession) -> None:
     raised (the results file is complete by now). Only the main process of a distributed run writes them."""
     if not sess.main_process:
         return
-    from agentrl.io.html import write_html_report
-    from agentrl.io.plots import plot_results, plots_dir
+    from agentrl.report.html import write_html_report
+    from agentrl.report.plots import plot_results, plots_dir
 
     try:
         paths = plot_results(sess.results.data, plots_dir(sess.out))

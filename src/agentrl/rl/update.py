@@ -165,7 +165,7 @@ def update_metrics(per_step: list[dict[str, float]], batch: TrainBatch, *, epoch
     steps of each metric (token-weighted ones NaN when no token was trained, kl_ref only with a
     reference), grad_norm_max, summed rows_skipped / tokens_trained, and the batch's policy_tokens,
     sampler_nll (nats), optimizer_steps, update_s (`elapsed_s`), tokens_per_s (policy tokens x epochs
-    / s) and peak_memory_bytes. Shared by minibatch_step and agentrl.dist's data-parallel update."""
+    / s) and peak_memory_bytes. Shared by minibatch_step and agentrl.scale's data-parallel update."""
     out = _mean_metrics(per_step)
     for k in _WEIGHTED:  # same keys every step; NaN (stored as null) when no token was trained
         if k != "kl_ref" or has_ref:

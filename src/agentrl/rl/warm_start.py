@@ -1,8 +1,8 @@
 """Warm starts: what runs on the policy before the first held-out evaluation (`RLConfig.warm_start`).
 
-Not the warm starts themselves: front ends register them (`import agentrl.sft` registers "sft"; the
-`agentrl` command imports it). The layering rule keeps rl/ from importing a front end, so the trainer
-looks a warm start up here by name, as it does agent backends (agentrl.rl.backends).
+Not the warm starts themselves: the built-in "sft" is listed by import path
+("agentrl.sft.warm_start:sft_warm_start", resolved when a run first uses it: the layering rule keeps rl/
+from importing sft, and nothing registers itself on import); others are added with register_warm_start.
 
 A warm start is called as `fn(sess)` with the open agentrl.rl.session.RunSession (its model is trained
 in place) and returns a JSON-ready summary, stored as the results file's `warm_start` section. A `check`
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.registry import Registry
+from agentrl.registry import Registry, resolve
 
 WarmStart = Callable[[Any], dict[str, Any]]
 
@@ -26,16 +26,18 @@ class WarmStartSpec:
     """A registered warm start: `fn(sess)` and its optional `check(cfg)` (module docstring)."""
 
     name: str
-    fn: WarmStart
-    check: Callable[[Any], None] | None = None
+    fn: WarmStart | str
+    check: Callable[[Any], None] | str | None = None
 
 
-_WARM_STARTS: Registry[WarmStartSpec] = Registry(
-    "a registered warm start", hint="'sft' is registered by `import agentrl.sft` (the agentrl command does it)")
+_WARM_STARTS: Registry[WarmStartSpec] = Registry("a registered warm start", (
+    WarmStartSpec("sft", "agentrl.sft.warm_start:sft_warm_start", check="agentrl.sft.warm_start:check_sft_warm_start"),
+), hint="add one with agentrl.rl.warm_start.register_warm_start")
 
 
-def register_warm_start(name: str, fn: WarmStart, check: Callable[[Any], None] | None = None) -> None:
-    """Make `RLConfig.warm_start = name` run `fn(sess)` before the first evaluation (module docstring)."""
+def register_warm_start(name: str, fn: WarmStart | str, check: Callable[[Any], None] | str | None = None) -> None:
+    """Make `RLConfig.warm_start = name` run `fn(sess)` before the first evaluation (module docstring); `fn`
+    and `check` may be "module:attr" references (agentrl.registry.resolve)."""
     if not name or name == "none":
         raise ValueError(f"a warm start needs a name other than '' and 'none', got {name!r}")
     _WARM_STARTS.register(WarmStartSpec(name, fn, check))
@@ -47,7 +49,7 @@ def warm_start_fn(name: str) -> WarmStart:
     Raises:
         ValueError: nothing registered under `name` (lists what is, and how to register "sft").
     """
-    return _WARM_STARTS.lookup(name, flag="--warm-start").fn
+    return resolve(_WARM_STARTS.lookup(name, flag="--warm-start").fn)
 
 
 def check_warm_start(cfg: Any) -> None:
@@ -56,4 +58,4 @@ def check_warm_start(cfg: Any) -> None:
         return
     spec = _WARM_STARTS.lookup(cfg.warm_start, flag="--warm-start")
     if spec.check is not None:
-        spec.check(cfg)
+        resolve(spec.check)(cfg)

@@ -1,6 +1,6 @@
 """Episode driver: advance many episodes together, token-in/token-out, into `Trajectory`s.
 
-Not the sampler (agentrl.rollout.sampler), not the environments (agentrl.envs), not the reward (the
+Not the sampler (agentrl.rollout.hf_sampler), not the environments (agentrl.envs), not the reward (the
 environment computes it). Each round, every live episode samples one assistant turn (batched), then
 all their tool calls run concurrently in a thread pool (environments call the sandbox), then each
 episode appends the template's tool-response ids.
@@ -28,7 +28,7 @@ from agentrl.chat.parse import parse_tool_calls, split_reasoning
 from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TurnFormat, assert_tito_consistent, observation_ids, turn_format
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall
-from agentrl.rollout.sampler import Sample, SamplingConfig, sample_turns, stop_token_ids
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sample_turns, stop_token_ids
 from agentrl.rollout.trajectory import Trajectory, Turn
 from agentrl.tasks.task import Task
 

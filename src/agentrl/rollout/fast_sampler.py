@@ -2,7 +2,7 @@
 
 Not the episode driver and not a general HF model runner: it drives the modules of Llama-family decoders
 (Qwen3, Qwen2, Llama; full attention, default RoPE, no logit soft-capping) directly and raises for others.
-Same contract as agentrl.rollout.sampler.sample_turns (plugs into run_episodes(sampler=...)): one `Sample`
+Same contract as agentrl.rollout.hf_sampler.sample_turns (plugs into run_episodes(sampler=...)): one `Sample`
 per context with ids, the sampling distribution's log-probs (temperature / top-k / top-p applied by the same
 HF warpers the reference sampler uses) and hit_token_limit. Differences that do not change the distribution:
 tokens are drawn by the exponential race (argmax p / E, E ~ Exp(1), as vLLM does) instead of
@@ -20,8 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sampling_warpers
 from agentrl.rollout.prefix_cache import Entry, PrefixStore, weights_version
-from agentrl.rollout.sampler import Sample, SamplingConfig, sampling_warpers
 
 _SUPPORTED = ("qwen3", "qwen2", "llama")
 DEFAULT_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024)  # compaction targets (FastSampler bucket_sizes)
@@ -54,7 +54,7 @@ def _arch_of(model: Any) -> _Arch:
     mtype = getattr(cfg, "model_type", "?")
     if mtype not in _SUPPORTED:
         raise ValueError(f"FastSampler: model_type {mtype!r} is not supported (expected one of {_SUPPORTED}); "
-                         "use agentrl.rollout.sampler.sample_turns")
+                         "use agentrl.rollout.hf_sampler.sample_turns")
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
         raise ValueError(f"FastSampler: {mtype} with sliding-window layers is not supported")
     rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
@@ -508,7 +508,7 @@ def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig | None = No
     kwargs go to FastSampler (max_batch, use_cuda_graphs, ...). Raises as FastSampler does.
     """
     from agentrl.chat.tito import turn_format
-    from agentrl.rollout.sampler import stop_token_ids
+    from agentrl.rollout.hf_sampler import stop_token_ids
 
     fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fmt.eot_ids[0]

@@ -1,5 +1,5 @@
 """The registry of token samplers: one name, help line and builder each, read by RLConfig validation, the
-CLI's `--sampler` choices and help, and the run session. Not a sampler itself (agentrl.rollout.sampler,
+CLI's `--sampler` choices and help, and the run session. Not a sampler itself (agentrl.rollout.hf_sampler,
 agentrl.rollout.fast_sampler).
 
 A builder takes (model, tokenizer, SamplingConfig, max_batch, enable_thinking) and returns the driver's
@@ -34,7 +34,7 @@ class SamplerSpec:
 
 
 def _hf(model: Any, tokenizer: Any, cfg: Any, max_batch: int, enable_thinking: bool) -> None:
-    return None  # the driver calls agentrl.rollout.sampler.sample_turns itself
+    return None  # the driver calls agentrl.rollout.hf_sampler.sample_turns itself
 
 
 def _fast(model: Any, tokenizer: Any, cfg: Any, max_batch: int, enable_thinking: bool) -> Any:
@@ -65,7 +65,7 @@ def build_sampler(name: str, model: Any, tokenizer: Any, cfg: Any, *, max_batch:
     """The `SampleFn` of sampler `name` for `model` (None: the driver's HF generate path).
 
     Args:
-        cfg: agentrl.rollout.sampler.SamplingConfig; max_batch: episodes sampled together;
+        cfg: agentrl.rollout.hf_sampler.SamplingConfig; max_batch: episodes sampled together;
         enable_thinking: the chat template's thinking-mode turn format (its stop ids).
 
     Raises: ValueError for an unknown name, or whatever the sampler's builder raises for this model.

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from agentrl.rollout.sampler import Sample
+from agentrl.rollout.hf_sampler import Sample
 
 Reply = Callable[[str], str]
 RowReply = Callable[[str, int], str]  # (decoded context, row of the generate batch) -> the turn's text

@@ -1,6 +1,6 @@
 """Black-box traces: every model call of one rollout as token ids, and the training rows rebuilt from them.
 
-Not the server that records them (agentrl.serve.policy_server) and not the harness (agentrl.agents).
+Not the server that records them (agentrl.serve.policy.server) and not the harness (agentrl.harness).
 An agent harness we do not own (opencode, any OpenAI-compatible client) sends chat requests; the policy
 server renders each request to prompt ids, samples completion ids with log-probs and records one
 `TraceCall`. Training rows are rebuilt afterwards by exact token prefix:

@@ -15,8 +15,8 @@ from agentrl.sandbox.api import (
     TestOutcome,
     TestReport,
 )
+from agentrl.sandbox.repl import PythonSession
 from agentrl.sandbox.sandbox import Sandbox, normalize_argv
-from agentrl.sandbox.session import PythonSession
 
 __all__ = ["PythonSession", "RunResult", "Sandbox", "SandboxLimits", "SessionResult", "TestJob",
            "TestOutcome", "TestReport", "normalize_argv"]

@@ -145,7 +145,7 @@ def _run_one_test(i, spec):
         return "timeout", "[stopped: wall-clock limit of {:g} s per test reached]".format(float(spec["test_timeout_s"]))
     except MemoryError:
         mem = (spec.get("limits") or {}).get("memory_bytes")
-        return "error", ("[stopped: memory limit of {:g} MiB reached]".format(mem / (1 << 20)) if mem
+        return "error", (f"[stopped: memory limit of {mem / (1 << 20):g} MiB reached]" if mem
                          else "MemoryError")
     except AssertionError as e:
         return "fail", _short(e)

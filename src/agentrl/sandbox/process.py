@@ -20,7 +20,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from agentrl.sandbox.reach import others_can_reach, stage_pytest
+from agentrl.sandbox.uid_reach import others_can_reach, stage_pytest
 
 _LAUNCHER_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"

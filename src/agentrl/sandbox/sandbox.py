@@ -20,8 +20,8 @@ from agentrl.sandbox.guarantees import exit_signal, limit_hits, notices
 from agentrl.sandbox.oneshot import RawRun, run_fresh
 from agentrl.sandbox.pool import WarmPool, ZygoteError
 from agentrl.sandbox.process import Backend, make_backend
-from agentrl.sandbox.reach import sandbox_tmp_base
-from agentrl.sandbox.session import PythonSession
+from agentrl.sandbox.repl import PythonSession
+from agentrl.sandbox.uid_reach import sandbox_tmp_base
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _STATUSES = ("pass", "fail", "error", "timeout")

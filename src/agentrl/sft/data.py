@@ -29,7 +29,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
-from agentrl.rollout.sampler import Sample
+from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
 
@@ -133,7 +133,7 @@ def expert_trajectories(
         check: assert each trajectory's ids equal the template's rendering of the conversation.
         enable_thinking: template thinking mode (each turn as the template renders a thinking-mode turn).
         env_kwargs: further constructor arguments of the environment (e.g. a run's max_edits and
-            max_observation_chars, agentrl.rl.session.env_kwargs); `sandbox` and `max_turns` win over them.
+            max_observation_chars, agentrl.rl.run_setup.env_kwargs); `sandbox` and `max_turns` win over them.
         on_progress: called with (episodes played, episodes in all) after each episode.
 
     Returns:
@@ -149,7 +149,7 @@ def expert_trajectories(
 
     from agentrl.envs import expert_turns, make_env
     from agentrl.rollout.driver import RolloutConfig, run_episodes
-    from agentrl.rollout.sampler import SamplingConfig
+    from agentrl.rollout.hf_sampler import SamplingConfig
 
     fmt = turn_format(tokenizer, enable_thinking=enable_thinking)
     cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
@@ -199,7 +199,7 @@ def save_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike, *, t
     Raises:
         ValueError: `path` is a directory, lies under a file, or cannot be written (names `path`).
     """
-    from agentrl.cli_checks import check_output_file
+    from agentrl.preflight import check_output_file
 
     p = check_output_file(path, "trajectory file")
     n = 0

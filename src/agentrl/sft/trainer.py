@@ -183,7 +183,7 @@ def sft(
 
 def save_policy(model: nn.Module, tokenizer: Any, out_dir: Any, *, merged: bool = False) -> None:
     """`save_pretrained` of model (safetensors) and tokenizer (incl. chat template) into `out_dir`, so that
-    agentrl.rollout.models.load_policy(out_dir) and `agentrl train --model out_dir` load it.
+    agentrl.models.load.load_policy(out_dir) and `agentrl train --model out_dir` load it.
 
     A LoRA model saves its adapters (agentrl.models.lora.save_adapter; loading merges them into the base);
     with `merged=True` also `<out_dir>/merged`, a plain model with the adapters merged in.

@@ -5,7 +5,7 @@ scripted expert of `--env` plays the first `warm_start_tasks` training tasks wit
 random from the menu (`random_op`), through the run's own environment settings and sandbox, so the model
 learns the tool-call format and the procedure (read, edit, test, submit) but not which edit is right:
 that is left to GRPO. The summary (settings, data, loss curve, NLL before/after, seconds) becomes the
-results file's `warm_start` section. Registered as "sft" with agentrl.rl.warm_start by `import agentrl.sft`.
+results file's `warm_start` section. Listed as "sft" in agentrl.rl.warm_start (by import path).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
     Raises:
         ValueError: the expert cannot play the tasks, or no trajectory fits max_context_tokens.
     """
-    from agentrl.rl.session import env_kwargs
+    from agentrl.rl.run_setup import env_kwargs
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.trainer import policy_nll, sft
 

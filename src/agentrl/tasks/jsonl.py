@@ -98,7 +98,7 @@ def save_tasks(tasks: Iterable[Task], path: str | os.PathLike) -> int:
     before anything is written) if `path` is a directory, lies under a file, or its directory cannot
     be created or written.
     """
-    from agentrl.cli_checks import check_output_file
+    from agentrl.preflight import check_output_file
 
     path = check_output_file(path, "task file")
     try:

@@ -1,8 +1,8 @@
 """The registry of bug-fix task families: name -> Family. Generators only; tasks are built in generate.py."""
 
 from agentrl.tasks.families.base import OP_NAMES, Family, Mutation, Spec
-from agentrl.tasks.families.review import REVIEW_FAMILIES
-from agentrl.tasks.families.review2 import REVIEW2_FAMILIES
+from agentrl.tasks.families.review_calls import REVIEW2_FAMILIES
+from agentrl.tasks.families.review_expressions import REVIEW_FAMILIES
 from agentrl.tasks.families.writeup import WRITEUP_FAMILIES
 
 # The write-up's five families first (its held-out set is two tasks each of these, in this order).

@@ -1,0 +1,134 @@
+"""The argparse conventions every `agentrl` command shares. Not the commands themselves.
+
+- No prefix abbreviation: `--step 1` is an error, never a silent `--steps 1` (`allow_abbrev=False`).
+- Dashes everywhere: help and usage show `--max-new-tokens`; a `--max_new_tokens` twin stays accepted.
+- Help shows each flag's default (argparse's ArgumentDefaultsHelpFormatter).
+- A mistyped flag is an error of the sub-command it was given to (its usage line, not the top-level
+  one), with difflib's closest flags of that sub-command as "did you mean ...?".
+
+Only the standard library is imported here, so building the whole parser tree (and `--help`) is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in help; an underscore spelling is hidden where the flag also has a dashed one."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        shown = dashed_option_strings(action)
+        if not shown or shown == action.option_strings:
+            return super()._format_action_invocation(action)
+        twin = argparse.Action(shown, action.dest, nargs=action.nargs, metavar=action.metavar,
+                               choices=action.choices, help=action.help)
+        return super()._format_action_invocation(twin)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        # store_true/store_false flags and --help/--version: "(default: False)" says nothing new; a help
+        # text that already names its default ("... (default X)", "default: X") is not given a second one
+        if action.nargs == 0 or action.help is None or "%(default)" in action.help:
+            return action.help
+        if re.search(r"\(default\b|\bdefault:", action.help, re.IGNORECASE):
+            return action.help
+        if action.default is None or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
+
+
+def dashed_option_strings(action: argparse.Action) -> list[str]:
+    """`action`'s option strings without the `--foo_bar` spellings that have a `--foo-bar` twin."""
+    opts = list(action.option_strings)
+    return [o for o in opts if not ("_" in o and o.replace("_", "-") in opts)]
+
+
+class AgentrlParser(argparse.ArgumentParser):
+    """An ArgumentParser with agentrl's conventions (module docstring); sub-parsers are of this class too.
+
+    Unrecognized arguments raise in the innermost sub-command that received them (exit 2, that
+    sub-command's usage, one "did you mean" per mistyped flag), instead of bubbling up to the top level.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.is_subcommand = False
+        # argv -> {dest: default}: defaults chosen from the arguments themselves (e.g. `train --preset NAME`),
+        # applied before parsing, so flags given on the command line still override them
+        self.defaults_from_argv: Callable[[list[str]], dict[str, Any]] | None = None
+
+    def _add_action(self, action: argparse.Action) -> argparse.Action:
+        # the dashed spelling first: usage lines show option_strings[0]
+        action.option_strings.sort(key=lambda o: "_" in o and o.replace("_", "-") in action.option_strings)
+        return super()._add_action(action)
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        """argparse's add_subparsers; each parser it adds is a strict sub-command of this class."""
+        kwargs.setdefault("parser_class", AgentrlParser)
+        action = super().add_subparsers(**kwargs)
+        add = action.add_parser
+
+        def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+            kw.setdefault("formatter_class", HelpFormatter)
+            p = add(name, **kw)
+            p.is_subcommand = True
+            return p
+
+        action.add_parser = add_parser  # type: ignore[method-assign]
+        return action
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        if self.defaults_from_argv is not None:
+            self.set_defaults(**self.defaults_from_argv(list(sys.argv[1:] if args is None else args)))
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self.is_subcommand:
+            self.error(unrecognized_message(self, extras))
+        return ns, extras
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unrecognized_message(self, extras))
+        return ns
+
+    def error(self, message: str) -> NoReturn:
+        """Print this parser's usage and `prog: error: message` once to stderr; exit 2."""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def known_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every `--flag` of `parser` in its dashed spelling (what help shows)."""
+    return [o for a in parser._actions for o in dashed_option_strings(a) if o.startswith("--") and o != "--help"]
+
+
+def unrecognized_message(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """"unrecognized arguments: ..." plus, per mistyped flag, the closest flags of `parser` (difflib)."""
+    flags = known_flags(parser)
+    hints = []
+    for arg in extras:
+        if not arg.startswith("-"):
+            continue
+        flag = arg.split("=", 1)[0].replace("_", "-")
+        close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+    return "unrecognized arguments: " + " ".join(extras) + "".join(f"\n  {h}" for h in hints)
+
+
+def positive_int(text: str) -> int:
+    """argparse `type=` for counts that must be >= 1; raises argparse.ArgumentTypeError otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value

@@ -1,0 +1,124 @@
+"""The flags of the commands that take a config: one `--flag` per RLConfig field (train, eval), and the
+policy flags (POLICY_FLAGS) that every command loading a model shares, declared once as RLConfig fields.
+Not the config itself (agentrl.rl.config).
+
+Standard library and agentrl.rl.config only: no transformers import while the CLI builds its parsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Literal
+
+from agentrl.cli.args import AgentrlParser
+from agentrl.models.dtypes import DTYPE_HELP
+from agentrl.rl.config import RLConfig
+
+# help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
+NEGATIVE_HELP: dict[str, str] = {
+    "randomize_names": "Keep the function under test's original name (it may hint at the bug).",
+    "pack_rows": "Run the update's trunk on the right-padded batch (padding computed, then ignored).",
+}
+
+
+def _str_to_bool(v: str) -> bool:
+    """`true/false/yes/no/t/f/y/n/1/0` (any case) -> bool; else argparse.ArgumentTypeError."""
+    s = str(v).lower()
+    if s in ("true", "t", "yes", "y", "1"):
+        return True
+    if s in ("false", "f", "no", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
+
+
+def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, help: str | None = None) -> None:  # noqa: A002
+    """One `--flag` (dashed, with an underscore twin) for the RLConfig field `f` of type `kind`, with `default`
+    and `help` (default: the field's `help` metadata). Booleans take `--flag [true|false]` (bare `--flag` =
+    true) and `--no-flag`; fields with `choices` metadata or a Literal type get choices."""
+    flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
+    help_ = f.metadata["help"] if help is None else help
+    if kind is bool:
+        parser.add_argument(*flags, type=_str_to_bool, nargs="?", const=True, default=default,
+                            metavar="{true,false}", help=help_)
+        neg = [f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"]  # the underscore twin is hidden in help
+        off = NEGATIVE_HELP.get(f.name, f"Turn {flags[0]} off" + ("." if default else " (the default)."))
+        parser.add_argument(*neg, dest=f.name, action="store_false", help=off)
+    elif "choices" in f.metadata:
+        parser.add_argument(*flags, choices=f.metadata["choices"], type=f.metadata.get("type", str),
+                            default=default, help=help_)
+    elif typing.get_origin(kind) is Literal:
+        parser.add_argument(*flags, choices=typing.get_args(kind), default=default, help=help_)
+    else:
+        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+        parser.add_argument(*flags, type=base, default=default, help=help_)
+
+
+class RLConfigParser(AgentrlParser):
+    """The RLConfig flags on an AgentrlParser; `parse_args_into_dataclasses` as in HfArgumentParser."""
+
+    def parse_args_into_dataclasses(self, args: list[str] | None = None) -> tuple[RLConfig]:
+        """Parse `args` (default sys.argv[1:]) into a one-element tuple `(RLConfig,)`; exit 2 on bad flags."""
+        return (config_from_args(self.parse_args(args)),)
+
+
+def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
+    """Add one `--flag` (dashed, with an underscore twin) per RLConfig field not in `exclude`.
+
+    Booleans take `--flag [true|false]` (bare `--flag` = true) and `--no-flag` with its own help
+    (NEGATIVE_HELP); Literal fields get `choices`, and so do fields whose metadata names them (the sampler,
+    estimator and dtype registries), converted first by the metadata's `type` (dtype aliases); `top_k`
+    takes an int.
+    Excluded fields are set to their defaults (`set_defaults`), so `config_from_args` still works.
+    Standard library only: no transformers import while the CLI builds its parsers.
+    """
+    hints = typing.get_type_hints(RLConfig)
+    for f in dataclasses.fields(RLConfig):
+        if f.name in exclude:
+            parser.set_defaults(**{f.name: f.default})
+            continue
+        add_field_flag(parser, f, hints[f.name], f.default)
+
+
+def rlconfig_parser(*, add_help: bool = True, exclude: tuple[str, ...] = ()) -> RLConfigParser:
+    """An RLConfigParser with one `--flag` per RLConfig field (help from metadata, defaults shown).
+
+    For a sub-command, pass it as a parent: `sub.add_parser("train", parents=[rlconfig_parser(add_help=False)])`
+    and build the config with `config_from_args(namespace)`; or call `add_rlconfig_flags(sub_parser)`.
+    """
+    p = RLConfigParser(add_help=add_help)
+    add_rlconfig_flags(p, exclude=exclude)
+    return p
+
+
+def config_from_args(args: Any) -> RLConfig:
+    """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field."""
+    return RLConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)})
+
+
+# The policy flags every command that loads a model takes: declared once, as RLConfig fields (their help,
+# type and choices), and added with each command's own defaults (add_policy_flags).
+POLICY_FLAGS: tuple[str, ...] = ("model", "tokenizer", "chat_template", "dtype", "device", "thinking", "allow_download")
+# where RLConfig's help speaks of training (fp16 refused, saved with checkpoints), the wording for other commands
+NEUTRAL_POLICY_HELP: dict[str, str] = {
+    "dtype": DTYPE_HELP,
+    "chat_template": "Chat template replacing the model's own, for templates without tool support: a bundled name "
+                     "(chatml-tools) or a .jinja path (empty = the model's own).",
+}
+
+
+def add_policy_flags(parser: Any, defaults: Any, *, only: tuple[str, ...] = POLICY_FLAGS,
+                     help: dict[str, str] | None = None) -> None:  # noqa: A002
+    """Add the policy flags `only` (a subset of POLICY_FLAGS, in that order) to `parser`: RLConfig's
+    declaration of each (add_field_flag) with the default `getattr(defaults, name)` (a command's own
+    config dataclass, e.g. SmokeConfig) and, where `help` names the flag, that help text instead.
+
+    Raises: ValueError: a name that is not a policy flag."""
+    if unknown := [n for n in only if n not in POLICY_FLAGS]:
+        raise ValueError(f"not policy flags: {unknown}; expected some of {POLICY_FLAGS}")
+    hints = typing.get_type_hints(RLConfig)
+    by_name = {f.name: f for f in dataclasses.fields(RLConfig)}
+    texts = {**NEUTRAL_POLICY_HELP, **(help or {})}
+    for name in (n for n in POLICY_FLAGS if n in only):
+        add_field_flag(parser, by_name[name], hints[name], getattr(defaults, name), texts.get(name))

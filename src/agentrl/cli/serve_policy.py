@@ -1,0 +1,89 @@
+"""`agentrl serve-policy`: the policy behind an OpenAI-compatible endpoint that records token ids and log-probs.
+
+Not the server itself (agentrl.serve.policy.server / app). Any OpenAI-compatible agent harness
+can be pointed at `http://HOST:PORT/v1` with the rollout id as its API key; the traces are read back
+with `GET /rollouts/<id>/trace` (or `DELETE /rollouts/<id>`, which also closes the rollout), and
+`--trace-dir` writes each closed rollout's trace as `<id>.json` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+from typing import Any
+
+from agentrl.cli.args import positive_int
+from agentrl.cli.flags import add_policy_flags
+
+log = logging.getLogger("agentrl.serve")
+# the policy flags' defaults of `serve-policy` (agentrl.cli.flags.POLICY_FLAGS; no --chat-template or --thinking)
+POLICY_DEFAULTS = argparse.Namespace(model="tiny-qwen3", tokenizer=None, dtype="fp32", device="auto",
+                                     allow_download=False)
+
+
+def register(subparsers: Any) -> None:
+    """Add `serve-policy` to the agentrl command line."""
+    p = subparsers.add_parser("serve-policy", help="serve the policy as OpenAI chat completions, recording "
+                              "every call's token ids and sampler log-probs per rollout (API key = rollout id)")
+    add_policy_flags(p, POLICY_DEFAULTS, only=("model", "tokenizer", "dtype", "device", "allow_download"))
+    from agentrl.rollout.samplers import SAMPLERS, sampler_help
+
+    p.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
+    p.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
+    p.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
+    p.add_argument("--max-rollout-tokens", type=positive_int, default=32768, help="completion tokens per rollout")
+    p.add_argument("--max-wall-s", type=float, default=900.0, help="seconds per rollout")
+    p.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
+    p.add_argument("--require-open", action="store_true",
+                   help="refuse rollout ids not opened with POST /rollouts/<id> (default: any API key opens one)")
+    p.set_defaults(func=main)
+
+
+def build_server(args: argparse.Namespace) -> Any:
+    """The PolicyServer that `args` describe (model loaded, sampler built)."""
+    from agentrl.models.device import resolve_device
+    from agentrl.models.load import load_policy
+    from agentrl.rollout.hf_sampler import SamplingConfig
+    from agentrl.rollout.samplers import build_sampler
+    from agentrl.serve.policy.server import PolicyServer, RolloutBudget
+
+    device = resolve_device(args.device)
+    model, tok = load_policy(args.model, args.dtype, device, args.allow_download, tokenizer_path=args.tokenizer)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch)
+    sampler = build_sampler(args.sampler, model, tok, sampling, max_batch=args.gen_batch)  # None: HF generate
+    budget = RolloutBudget(max_calls=args.max_calls, max_completion_tokens=args.max_rollout_tokens,
+                           max_wall_s=args.max_wall_s)
+    return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=args.max_context_tokens,
+                        budget=budget, auto_open=not args.require_open, model_name=str(args.model),
+                        max_batch=args.gen_batch)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until interrupted (Ctrl-C). Raises ValueError for a bad port or one already in use."""
+    import uvicorn
+
+    from agentrl.preflight import check_port_free
+    from agentrl.serve.policy.app import create_app
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback:
+        log.warning("serve-policy: binding %s exposes the policy beyond this machine", args.host)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    check_port_free(args.host, args.port)  # before loading the model, and before saying it listens
+    server = build_server(args)
+    print(f"agentrl policy server: http://{args.host}:{args.port}/v1  (API key = rollout id; "
+          f"traces at /rollouts/<id>/trace)", flush=True)
+    try:
+        uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        server.close()
+    return 0

@@ -1,0 +1,73 @@
+"""`agentrl sft`: supervised warm start on expert trajectories (or a JSONL file), saved for `agentrl train --model`.
+
+Not the run itself (agentrl.sft.run.run_sft): flags in, SFTRunConfig + SFTConfig out.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, fields
+from typing import Any
+
+from agentrl.cli.args import positive_int
+from agentrl.cli.flags import add_policy_flags
+from agentrl.models.dtypes import DTYPE_HELP
+from agentrl.sft.config import SFTConfig
+from agentrl.sft.run import SFTRunConfig, run_sft
+
+
+def register(subparsers: Any) -> None:
+    """Add `sft` to the agentrl command line."""
+    p = subparsers.add_parser("sft", help="supervised warm start on expert trajectories (or a JSONL file)")
+    d, s = SFTRunConfig(), SFTConfig()
+    p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
+    add_policy_flags(p, d, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
+        "dtype": DTYPE_HELP + " Weights stay fp32; bf16 runs forward/backward under autocast.",
+        "chat_template": "Chat template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja "
+                         "path; saved with the output model.",
+        "thinking": "Template thinking mode, as train --thinking."})
+    p.add_argument("--tasks", default=d.tasks,
+                   help="task source the expert plays: bugfix (default) | wordle | another train --tasks source")
+    p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
+    p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
+    p.add_argument("--split", default=d.split, choices=("train", "heldout"))
+    p.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
+    p.add_argument("--max-turns", type=int, default=d.max_turns)
+    p.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
+    p.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
+    p.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
+    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
+    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
+    p.add_argument("--lora-target-modules", default=d.lora_target_modules,
+                   help="all-linear (every linear layer but the LM head) or comma-separated module names")
+    p.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
+    p.add_argument("--agent", default=d.agent, choices=("", "opencode"),
+                   help="play the expert through a black-box harness: opencode (bug-fix tasks; the warm start "
+                        "of `train --agent opencode`) (default: '', agentrl's own --env loop)")
+    p.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
+                   help="with --agent: bubblewrap where usable (auto), required (bwrap), or none")
+    p.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
+    p.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
+                   help="with --agent: wall-clock limit of one harness run, seconds")
+    for f in fields(SFTConfig):
+        if f.name in ("betas", "autocast_bf16"):
+            continue
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name))
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """CLI entry: split `args` into SFTRunConfig + SFTConfig and run; exit code 0 on success."""
+    from agentrl.models.device import resolve_dtype
+
+    run = SFTRunConfig(**{f.name: getattr(args, f.name) for f in fields(SFTRunConfig)})
+    dtype = resolve_dtype(run.dtype, run.model)
+    if dtype == "fp16":
+        raise ValueError(f"--dtype {run.dtype}: fp16 SFT needs loss scaling, which agentrl does not do; "
+                         "pass --dtype bf16 (autocast) or fp32")
+    knobs = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if hasattr(args, f.name)}
+    cfg = SFTConfig(**knobs, autocast_bf16=dtype == "bf16")
+    run_sft(SFTRunConfig(**{**asdict(run), "dtype": dtype}), cfg)
+    return 0

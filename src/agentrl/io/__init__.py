@@ -1,1 +1,0 @@
-"""I/O: results file (atomic), console log, plots."""

@@ -1,0 +1,196 @@
+"""Load a policy (HF causal LM + tokenizer with a chat template) from a path, the HF cache, or a preset.
+
+Not a downloader unless asked (`allow_download=True`), and not the sampler (agentrl.rollout.hf_sampler).
+Presets (agentrl.models.presets) "tiny-qwen3" (tests, the CPU default) and "small-qwen3" (the warm-started learning-run model):
+Qwen3 architecture from small configs derived from Qwen3-0.6B's config.json, random weights from a fixed
+seed, and the real Qwen3 tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agentrl.chat.template import chat_template_of
+from agentrl.models.device import canonical_dtype
+from agentrl.models.device import torch_dtype as resolve_torch_dtype
+from agentrl.models.presets import (
+    PRESET_OVERRIDES,
+    qwen3_tokenizer_source,
+    resolve_model_dir,
+    tiny_qwen3_config,
+)
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = False):
+    """An HF tokenizer that has a chat template and a pad token.
+
+    Raises:
+        FileNotFoundError: nothing loadable at `name_or_path` (locally, unless downloads are allowed).
+        ValueError: the tokenizer has no chat template.
+    """
+    from transformers import AutoTokenizer
+
+    local = Path(name_or_path).expanduser()
+    if local.is_dir() and not any((local / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"folder {str(local)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); pass the tokenizer "
+            f"folder with --tokenizer / tokenizer_path, or a model folder saved together with its tokenizer")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=not allow_download)
+    except (OSError, ValueError) as e:
+        hint = "" if allow_download else " (local files only; pass allow_download=True / --allow-download to fetch)"
+        raise FileNotFoundError(f"could not load a tokenizer from {str(name_or_path)!r}{hint}: {e}") from e
+    chat_template_of(tok)
+    if tok.pad_token_id is None:  # left padding needs a pad id; it is masked out everywhere
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def check_model_config(folder: Path) -> None:
+    """Check `folder/config.json` before transformers reads it: JSON, an object, a known `model_type`.
+
+    transformers' own errors for these are several paragraphs (and blame the tokenizer when the
+    tokenizer loads first, or advise installing transformers from git); this says what is wrong in one line.
+
+    Raises:
+        ValueError: unreadable or invalid JSON, not an object, or a `model_type` this transformers lacks.
+    """
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"model folder {str(folder)!r}: config.json is not valid JSON ({e}); a truncated copy?") \
+            from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"model folder {str(folder)!r}: config.json holds a {type(raw).__name__}, expected an object")
+    model_type = raw.get("model_type")
+    if model_type is not None and model_type not in CONFIG_MAPPING:  # none: transformers guesses
+        raise ValueError(f"model folder {str(folder)!r}: config.json has model_type {model_type!r}, which "
+                         f"transformers {transformers.__version__} does not know (e.g. qwen3, qwen2, llama)")
+
+
+def _load_hint(path: Path, allow_download: bool) -> str:
+    """Advice for a model that failed to load: a local folder needs its weight files; only a hub id
+    can come from the HF cache or a download."""
+    if path.is_dir():
+        if not any((path / f).is_file() for f in WEIGHT_FILES):
+            return (f" (a local folder without weights: it needs one of {', '.join(WEIGHT_FILES)}, as written by "
+                    f"save_pretrained; an agentrl checkpoint keeps them in step_N/model/)")
+        return " (a local folder: its config.json or weight files are unreadable or do not match)"
+    if allow_download:
+        return ""
+    return " (a hub id, local files only: put it in the HF cache or pass --allow-download)"
+
+
+def load_policy(
+    name_or_path: str | os.PathLike,
+    dtype: str = "fp32",
+    device: str = "cpu",
+    allow_download: bool = False,
+    *,
+    tokenizer_path: str | os.PathLike | None = None,
+    seed: int = 0,
+    chat_template: str | None = None,
+) -> tuple[Any, Any]:
+    """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
+
+    Args:
+        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a fetched pretrained model
+            ("smollm2-135m-instruct": its folder in the agentrl model cache, agentrl.models.pretrained), a
+            folder with config + weights, an agentrl checkpoint folder (`.../checkpoints/step_N`: its
+            `model/` is loaded), a folder of LoRA adapters (its base is loaded and the adapters merged
+            in), or a hub id ("Qwen/Qwen3-0.6B").
+        dtype: any spelling agentrl.models.device accepts: "fp32" (default: the sampler's and trainer's
+            log-probs agree), "bf16", "fp16", "auto" (the checkpoint's own dtype; a LoRA folder's base's),
+            or an alias ("float32", "bfloat16", ...).
+        device: torch device string.
+        allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
+        tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3", the asset
+            "qwen3-tokenizer", resolved as in agentrl.paths).
+        seed: weight seed for presets (random init).
+        chat_template: replace the tokenizer's template (a bundled name such as "chatml-tools", or a path;
+            agentrl.chat.bundled); saving the tokenizer then saves it too.
+
+    Returns:
+        (model in eval mode on `device`, tokenizer with `padding_side="left"`).
+
+    Raises:
+        FileNotFoundError: model or tokenizer not found (message names the path and the cache rule, or
+            how to fetch a pretrained model).
+        ValueError: bad dtype, a local folder whose config.json is broken or names an unknown
+            model_type (`check_model_config`), or the tokenizer has no chat template.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.models.lora import is_adapter_dir
+    from agentrl.models.pretrained import PRETRAINED, resolve_pretrained
+
+    canonical_dtype(dtype)  # a bad spelling fails before anything is loaded
+    if str(name_or_path) in PRETRAINED:
+        name_or_path = resolve_pretrained(str(name_or_path))
+    if is_adapter_dir(resolve_model_dir(name_or_path)):
+        return _load_adapter_policy(Path(resolve_model_dir(name_or_path)), dtype, device, allow_download,
+                                    tokenizer_path=tokenizer_path, chat_template=chat_template)
+    torch_dtype = resolve_torch_dtype(dtype, name_or_path, allow_download=allow_download)
+    if str(name_or_path) in PRESET_OVERRIDES:
+        tok = load_tokenizer(tokenizer_path or qwen3_tokenizer_source(), allow_download=allow_download)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            config = tiny_qwen3_config(**PRESET_OVERRIDES[str(name_or_path)])
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    else:
+        p = Path(name_or_path).expanduser()
+        if str(name_or_path).startswith((".", "/", "~")) and not p.exists():
+            raise FileNotFoundError(f"model path {str(p)!r} does not exist")
+        name_or_path = resolve_model_dir(name_or_path)  # a checkpoint dir -> its model/ subfolder
+        p = Path(name_or_path).expanduser()
+        if p.is_dir() and not (p / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model folder {str(p)!r} has no config.json; expected a folder written by save_pretrained, "
+                f"or an agentrl checkpoint folder (checkpoints/step_N, which holds model/)")
+        if p.is_dir():
+            check_model_config(p)
+        tok = load_tokenizer(tokenizer_path or name_or_path, allow_download=allow_download)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(name_or_path), dtype=torch_dtype, local_files_only=not allow_download
+            )
+        except OSError as e:
+            raise FileNotFoundError(f"could not load model {str(name_or_path)!r}"
+                                    f"{_load_hint(p, allow_download)}: {e}") from e
+    if chat_template:
+        from agentrl.chat.bundled import apply_chat_template
+
+        apply_chat_template(tok, chat_template)
+    return model.to(device).eval(), tok
+
+
+def _load_adapter_policy(folder: Path, dtype: str, device: str, allow_download: bool, *,
+                         tokenizer_path: Any, chat_template: str | None) -> tuple[Any, Any]:
+    """A LoRA adapter folder (agentrl.models.lora.save_adapter): its base with the adapters merged in, and the
+    tokenizer saved beside the adapters (so its chat template too)."""
+    from agentrl.models.lora import adapter_base, load_adapter_into
+
+    base, seed = adapter_base(folder)
+    model, _ = load_policy(base, "fp32", device, allow_download, seed=seed)  # merged in fp32, then cast
+    model = load_adapter_into(model, folder).to(resolve_torch_dtype(dtype, base, allow_download=allow_download))
+    tok = load_tokenizer(tokenizer_path or folder, allow_download=allow_download)
+    if chat_template:
+        from agentrl.chat.bundled import apply_chat_template
+
+        apply_chat_template(tok, chat_template)
+    return model.to(device).eval(), tok

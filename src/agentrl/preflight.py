@@ -1,0 +1,144 @@
+"""Up-front checks of output paths and ports, raising clear ValueErrors. Not the writers.
+
+A base module (the standard library only): the run folder (agentrl.rl.session), the SFT run, task and
+results writers and the servers call it before they write or bind.
+
+The CLI maps ValueError to a one-line "agentrl <cmd>: error: ..." (exit 2), so each message names the
+flag, the path and what was expected instead of surfacing an OSError traceback from deep in a run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+
+def _existing_file_ancestor(path: Path) -> Path | None:
+    """The first ancestor of `path` that exists and is not a directory (so `path` cannot be created)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path(path.anchor or ".")
+
+
+def _reject_dot_names(path: Path, flag: str) -> None:
+    if str(path) in ("", ".") or path.name in ("", ".", ".."):
+        raise ValueError(f"{flag} {str(path)!r} names the current or a parent directory, not a new output; "
+                         f"pass a path such as runs/NAME")
+
+
+def archive_previous(out: str | os.PathLike, marker: str) -> Path | None:
+    """Move an earlier run's output folder aside instead of overwriting it; returns where it went.
+
+    `out` counts as an earlier run's output when it holds `marker` (e.g. "results.json"). The folder
+    is renamed to `<out>-prev-<YYYYmmdd-HHMMSS>[-k]` beside it (never nested, never overwritten).
+    """
+    out = Path(out)
+    if not (out / marker).exists():
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, k = out.with_name(f"{out.name}-prev-{stamp}"), 1
+    while dest.exists():  # two archives in one second must not nest
+        dest, k = out.with_name(f"{out.name}-prev-{stamp}-{k}"), k + 1
+    shutil.move(str(out), str(dest))
+    return dest
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Check, without creating anything, that `path` is or can become a writable output directory.
+
+    Raises:
+        ValueError: `path` is "." / ".." / empty, is an existing file, lies under a file, or its nearest
+            existing ancestor is not writable; the message names `flag` and `path`.
+    """
+    p = Path(path)
+    _reject_dot_names(p, flag)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a file; expected a directory")
+    blocker = _existing_file_ancestor(p)
+    if blocker is not None:
+        raise ValueError(f"{flag} {str(p)!r} is under the file {str(blocker)!r}, which is not a directory; "
+                         "expected a directory path")
+    base = _nearest_existing(p)
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: {str(base)!r} is not writable")
+    return p
+
+
+def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`check_output_dir`, then create the directory; returns it as a Path.
+
+    Raises:
+        ValueError: as `check_output_dir`, or the directory cannot be created or written (permission,
+            read-only or virtual file system); the message names `flag` and `path`.
+    """
+    p = check_output_dir(path, flag)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {str(p)!r}: cannot create the directory ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: directory is not writable")
+    return p
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Check that `path` names a file that can be written (its parent is created); returns it as a Path.
+
+    Nothing is written at `path` itself, and no temporary file is made anywhere.
+
+    Raises:
+        ValueError: `path` is "." / ".." / empty, an existing directory, under a file, or its parent
+            cannot be created or written; the message names `flag` and `path`.
+    """
+    p = Path(path)
+    _reject_dot_names(p, flag)
+    if p.is_dir():
+        if p.suffix:  # a file name (report.html, tasks.jsonl) taken by a directory
+            raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file there (move the directory aside)")
+        raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file path such as {str(p / 'tasks.jsonl')!r}")
+    blocker = _existing_file_ancestor(p)
+    if blocker is not None:
+        raise ValueError(f"{flag} {str(p)!r} is under the file {str(blocker)!r}; expected a path in a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {str(p)!r}: cannot create its directory ({e.strerror or e})") from None
+    if not os.access(_nearest_existing(p.parent), os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: directory {str(p.parent)!r} is not writable")
+    return p
+
+
+def check_port_free(host: str, port: int, flag: str = "--port") -> None:
+    """Check that a server could listen on `host:port` now (port 0: any free port will do).
+
+    Binds (SO_REUSEADDR, as uvicorn does) and closes a probe socket, so a port already taken is refused
+    before a model is loaded, and before the command prints that it is listening.
+
+    Raises:
+        ValueError: the port is in use, or the address cannot be bound here; names `flag`, host and port.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host!r}: not an address of this machine ({e.strerror or e})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            why = "is in use (another server?)" if e.errno == 98 else f"cannot be bound ({e.strerror or e})"
+            raise ValueError(f"{flag} {port} on {host} {why}; pass another {flag}") from None

@@ -1,0 +1,1 @@
+"""Reporting: results file (atomic), console log, plots, HTML report, trackers."""

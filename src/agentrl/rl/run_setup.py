@@ -1,0 +1,156 @@
+"""Run setup: what a run is checked and loaded from before its output folder is touched. Not the run folder
+(agentrl.rl.run_folder), the training state (agentrl.rl.training_state) or the loop.
+
+`plan_run(cfg)` checks the config, environment, output path, device, tasks, resume checkpoint, agent
+backend and warm start (-> RunPlan); `load_inputs` loads the policy and tokenizer and checks the chat
+template against the environment's tools and the context budget against the first prompt (-> RunInputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.chat.template import render_prompt
+from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
+from agentrl.envs import env_names, get_spec, make_env
+from agentrl.models.device import resolve_device, resolve_dtype
+from agentrl.models.load import load_policy
+from agentrl.preflight import check_output_dir
+from agentrl.rl.agent_backends import check_agent
+from agentrl.rl.checkpoint import latest_checkpoint
+from agentrl.rl.config import RLConfig
+from agentrl.rl.warm_start import check_warm_start
+from agentrl.tasks.sets import TaskSets, task_sets
+
+
+def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
+    """Constructor arguments of `cfg.env`, as its EnvSpec maps the run config (plus the shared sandbox)."""
+    return get_spec(cfg.env).kwargs_from_config(cfg, sandbox=sandbox)
+
+
+def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
+    """ValueError naming the supported sources when `env` cannot run the tasks of `tasks` (its EnvSpec says)."""
+    spec = get_spec(env)
+    sample = (tasks.train or tasks.heldout)[0]
+    if not spec.accepts(sample):
+        raise ValueError(f"--env {env} cannot run --tasks {tasks.source} (task {sample.id!r}); "
+                         f"it takes {spec.task_sources}")
+
+
+def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The results file's "env" section: the environment, its constructor arguments (the sandbox and
+    word lists summarised), its rules and its end-reason vocabulary."""
+    spec = get_spec(name)
+    shown = {k: (f"<{len(v)} words>" if k == "words" and v is not None else v) for k, v in kwargs.items()
+             if k != "sandbox"}
+    return {"name": name, "class": f"{spec.cls.__module__}.{spec.cls.__qualname__}", "kwargs": shown,
+            "max_observation_chars": kwargs.get("max_observation_chars"), "end_reasons": list(spec.all_end_reasons())}
+
+
+def run_task_sets(cfg: RLConfig) -> TaskSets:
+    """The run's training and held-out tasks, as cfg selects them (deterministic in cfg.seed)."""
+    return task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
+                     eval_families=cfg.eval_families, randomize=cfg.randomize_names, seed=cfg.seed,
+                     reward_includes_shown_test=cfg.reward_includes_shown_test)
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """The run's inputs once loaded and checked (before anything in --out is touched): the policy and its
+    tokenizer on `device`, the environment's tool schemas, and the concrete dtype loaded (--dtype auto resolved)."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+    tool_schemas: list
+    dtype: str = "fp32"  # the concrete dtype loaded (--dtype auto resolved)
+
+
+def check_context_fits(cfg: RLConfig, prompt_tokens: int) -> None:
+    """Refuse a --max-context-tokens that the first held-out prompt already fills: every episode would
+    end out_of_tokens before its first turn and the run would train on nothing (a black-box harness
+    writes its own prompt, so --agent runs are not checked here)."""
+    if not cfg.agent and prompt_tokens + 1 > cfg.max_context_tokens:
+        raise ValueError(f"--max-context-tokens {cfg.max_context_tokens} leaves no room to sample: the first "
+                         f"held-out prompt is already {prompt_tokens} tokens; pass at least "
+                         f"{prompt_tokens + cfg.max_new_tokens} (prompt + --max-new-tokens)")
+
+
+def load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> RunInputs:
+    """Load the policy and tokenizer and check the chat template against the environment's tools.
+
+    Raises:
+        FileNotFoundError / ValueError: a missing or broken model, a bad tokenizer path, a template that
+            fails the token-in/token-out check (agentrl.chat.tito.TitoMismatch is re-raised as ValueError).
+    """
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, cfg.model, allow_download=cfg.allow_download)  # "auto": the checkpoint's
+    if dtype == "fp16" and cfg.steps:
+        raise ValueError(f"--dtype {cfg.dtype}: model {cfg.model!r} is stored in fp16; fp16 training needs loss "
+                         "scaling, which agentrl does not do; pass --dtype bf16 or fp32")
+    torch.manual_seed(cfg.seed)
+    try:
+        model, tok = load_policy(cfg.model, dtype, device, cfg.allow_download,
+                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed,
+                                 chat_template=cfg.chat_template or None)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a broken model folder (corrupt weights, bad config) is bad input
+        raise ValueError(f"--model {cfg.model!r} could not be loaded: {type(e).__name__}: {e}") from e
+    env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
+    try:
+        obs = env.reset(tasks.heldout[0], seed=cfg.seed)
+        if obs.tools:
+            assert_tito_consistent(tok, obs, enable_thinking=cfg.thinking)
+        check_context_fits(cfg, len(render_prompt(tok, obs, enable_thinking=cfg.thinking)))
+        schemas = env.tools()
+    except TitoMismatch as e:
+        raise ValueError(f"the chat template of {cfg.tokenizer or cfg.model!r} fails the token-in/token-out "
+                         f"check: {e}") from e
+    finally:
+        env.close()
+    return RunInputs(model, tok, device, schemas, dtype)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What `plan_run` checked before anything is loaded or written: the config, the resolved output
+    folder and the run's task sets."""
+
+    cfg: RLConfig
+    out: Path
+    tasks: TaskSets
+
+
+def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
+    """Check everything that can be checked without loading a model or touching `cfg.out`: config values,
+    environment, output path, device, task source, the checkpoint a --resume needs, the agent backend and
+    the warm start. `scaled`: an agentrl.scale strategy runs the session (--rollout-workers / --ray-graders
+    need one).
+
+    Raises:
+        ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
+    """
+    cfg.validate()
+    if (cfg.rollout_workers or cfg.ray_graders) and not scaled:
+        raise ValueError("--rollout-workers / --ray-graders need agentrl.scale's sessions: run `agentrl train` (or "
+                         "agentrl.scale.train.train_scaled)")
+    if cfg.env not in env_names():
+        raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
+    out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
+    resolve_device(cfg.device)
+    tasks = run_task_sets(cfg)
+    if cfg.steps and not tasks.train:
+        raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
+    check_env_fits_tasks(cfg.env, tasks)
+    if cfg.resume and latest_checkpoint(out / "checkpoints") is None:
+        raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
+                         "them with --checkpoint-every N); leave out --resume to start a new run there")
+    if cfg.agent:
+        check_agent(cfg, tasks)
+    check_warm_start(cfg)
+    return RunPlan(cfg, out, tasks)

@@ -1,0 +1,76 @@
+"""Training state: the policy as the optimizer sees it (gradient checkpointing, compiled layers, LoRA), the
+optimizer, the KL reference, and what --resume restores. Not the run folder or the update maths.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.models.lora import AdapterOffReference, apply_lora
+from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
+from agentrl.rl.config import RLConfig
+from agentrl.rl.update import compile_decoder_layers, enable_gradient_checkpointing
+
+log = logging.getLogger("agentrl.train")
+
+
+def with_lora(cfg: RLConfig, model: Any) -> Any:
+    """`model` wrapped in LoRA adapters when cfg.lora_r > 0 (agentrl.models.lora), else unchanged."""
+    if not cfg.lora_r:
+        return model
+    base = Path(cfg.model).expanduser()
+    return apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                      target_modules=cfg.lora_target_modules, seed=cfg.seed,
+                      base=str(base.resolve()) if base.exists() else cfg.model)
+
+
+@dataclass
+class TrainingState:
+    """What the optimizer works on: the policy (LoRA-wrapped when asked), its AdamW optimizer (None for an
+    evaluation of a frozen model), the KL reference (None without --kl-coef), and the completed steps a
+    --resume continues after."""
+
+    model: Any
+    optimizer: torch.optim.Optimizer | None
+    ref_model: Any = None
+    start_step: int = 0
+
+
+def build_training_state(cfg: RLConfig, out: Path, model: Any) -> TrainingState:
+    """The training state of `model` (loaded by agentrl.rl.run_setup.load_inputs): gradient checkpointing
+    and compiled decoder layers when asked, LoRA adapters, the optimizer over the trainable parameters,
+    the reference, and on --resume the latest checkpoint in `<out>/checkpoints` loaded into model and
+    optimizer (partial checkpoints left by a kill removed first).
+
+    Raises:
+        ValueError: a model with no trainable parameters for a training run; --resume without a checkpoint.
+    """
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if cfg.compile_layers and cfg.steps > 0:
+        log.info("compiled %d decoder layers for the update (--compile-layers)", compile_decoder_layers(model))
+    model = with_lora(cfg, model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable and cfg.steps > 0:
+        raise ValueError(f"--model {cfg.model}: no trainable parameters (a frozen model cannot be trained)")
+    # an evaluation (steps 0) of a frozen model, e.g. a merged LoRA checkpoint, needs no optimizer
+    opt = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay) if trainable else None
+    ref = None
+    if cfg.kl_coef > 0:  # LoRA: the policy with its adapters off is the reference (no second copy)
+        ref = AdapterOffReference(model) if cfg.lora_r else copy.deepcopy(model).eval().requires_grad_(False)
+    start = 0
+    ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+    if cfg.resume and ckpt is None:  # checked in plan_run; a checkpoint folder removed since is an error too
+        raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'}")
+    if ckpt is not None:
+        removed = remove_partial_checkpoints(out / "checkpoints")  # left by a kill mid-write
+        start = int(load_checkpoint(ckpt, model, opt)["step"])
+        log.info("resumed from %s at step %d%s", ckpt, start,
+                 f" (removed {len(removed)} partial checkpoint(s))" if removed else "")
+    return TrainingState(model, opt, ref, start)

@@ -1,0 +1,116 @@
+"""The smoke check behind `agentrl smoke`: the chat template and the tools checked, N held-out episodes run.
+
+Not training and not evaluation (no confidence intervals): a quick end-to-end check that a model,
+its template and an environment work together, on CPU in under two minutes with the defaults.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SmokeConfig:
+    """`agentrl smoke` options (one CLI flag each).
+
+    Attributes:
+        model: "tiny-qwen3", a local folder, or an HF id in the local cache.
+        tokenizer: tokenizer folder (default: the model's; tiny-qwen3: asset "qwen3-tokenizer").
+        chat_template: replace the model's template (bundled name "chatml-tools" or a path; agentrl.chat.bundled).
+        env: environment name (agentrl.envs.make_env).
+        episodes: held-out episodes to run.
+        max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
+        dtype / device: model placement (agentrl.models.device's vocabulary: fp32 | bf16 | fp16 | auto and
+            aliases; auto | cpu | cuda | cuda:N); allow_download: let HF fetch missing files.
+        show: transcripts to print; seed: tasks, names, sampling.
+        thinking: template thinking mode (Qwen3 enable_thinking: the policy writes its own think block).
+    """
+
+    model: str = "tiny-qwen3"
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    env: str = "coding-tools"
+    episodes: int = 8
+    max_turns: int = 3
+    max_new_tokens: int = 64
+    gen_batch: int = 8
+    max_context_tokens: int = 4096
+    dtype: str = "fp32"
+    device: str = "auto"
+    allow_download: bool = False
+    show: int = 2
+    seed: int = 0
+    thinking: bool = False
+
+
+def _envs_and_tasks(cfg: SmokeConfig) -> tuple[list, Any]:
+    try:
+        from agentrl.envs import make_env
+        from agentrl.tasks import make_tasks, randomize_names
+    except ImportError as e:
+        raise ValueError(f"agentrl smoke needs agentrl.envs.make_env and agentrl.tasks.make_tasks: {e}") from e
+    try:
+        from agentrl.sandbox import Sandbox
+
+        sandbox = Sandbox()
+    except ImportError:
+        sandbox = None  # environments build their default sandbox
+    rng = random.Random(cfg.seed)
+    tasks = [randomize_names(t, rng) for t in make_tasks(cfg.episodes, seed=cfg.seed, split="heldout")]
+    pairs = [(make_env(cfg.env, sandbox=sandbox, max_turns=cfg.max_turns), t) for t in tasks]
+    return pairs, sandbox
+
+
+def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
+    """Load the policy, check template and tools, run `cfg.episodes` held-out episodes.
+
+    Returns:
+        {"trajectories", "template_check", "env_check", "end_reasons", "mean_reward" (over scorable episodes),
+         "unscorable", "tool_stats",
+         "wall_clock_s", "episodes_per_s"}.
+
+    Raises:
+        TitoMismatch: the template's rendering differs from the token path.
+        agentrl.envs.EnvCheckError: the environment fails its checker.
+        ValueError: cfg.episodes < 1.
+    """
+    from agentrl.chat.tito import assert_tito_consistent
+    from agentrl.envs import check_env
+    from agentrl.models.device import resolve_device
+    from agentrl.models.load import load_policy
+    from agentrl.rollout.driver import RolloutConfig, run_episodes
+    from agentrl.rollout.hf_sampler import SamplingConfig
+
+    if cfg.episodes < 1:
+        raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
+    t0 = time.perf_counter()
+    model, tok = load_policy(cfg.model, cfg.dtype, resolve_device(cfg.device), cfg.allow_download,
+                             tokenizer_path=cfg.tokenizer, chat_template=cfg.chat_template)
+    pairs, _ = _envs_and_tasks(cfg)
+    env0, task0 = pairs[0]
+    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.thinking)
+    env_check = check_env(env0, task0, seed=cfg.seed)
+    t1 = time.perf_counter()
+    rcfg = RolloutConfig(
+        sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
+        max_context_tokens=cfg.max_context_tokens, enable_thinking=cfg.thinking,
+    )
+    trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)
+    rollout_s = time.perf_counter() - t1
+    keys = sorted({k for t in trajs for k in t.stats})
+    return {
+        "trajectories": trajs,
+        "template_check": f"ok (end-of-turn {tok.convert_ids_to_tokens(list(fmt.eot_ids))}, think stub "
+        f"{tok.decode(list(fmt.stub_ids))!r}, thinking {'on' if cfg.thinking else 'off'})",
+        "env_check": env_check,
+        "end_reasons": dict(Counter(t.end_reason for t in trajs)),
+        "mean_reward": sum(t.reward for t in trajs if t.reward is not None) / max(1, sum(t.scorable for t in trajs)),
+        "unscorable": sum(not t.scorable for t in trajs),
+        "tool_stats": {k: sum(t.stats.get(k, 0.0) for t in trajs) / max(1, len(trajs)) for k in keys},
+        "wall_clock_s": time.perf_counter() - t0,
+        "episodes_per_s": len(trajs) / rollout_s if rollout_s > 0 else float("nan"),
+    }

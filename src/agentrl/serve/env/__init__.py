@@ -1,0 +1,1 @@
+"""The OpenEnv-compatible environment server (`agentrl serve`) and its client."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible policy server that records token ids and log-probs (`agentrl serve-policy`)."""

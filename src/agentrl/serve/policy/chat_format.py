@@ -1,0 +1,267 @@
+"""OpenAI chat-completions wire format: request checking, message conversion, replies and stream chunks.
+
+Not the sampler and not the rollout bookkeeping (agentrl.serve.policy.server). Requests are hostile
+input: every shape error becomes a `RequestError` (an HTTP 4xx with a message), never an exception
+from deep inside the template. Messages are converted to the form HF chat templates read
+(`tool_calls[].function.arguments` as a dict, content parts joined to text); replies are built from the
+sampled text with agentrl's tool-call parser: well-formed `<tool_call>` blocks become OpenAI
+`tool_calls`, anything malformed stays in the text content, so no call is ever invented.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.chat.parse import parse_tool_calls
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+# Client parameters that would change the sampled distribution (or its truncation) and that the trainer's
+# sampler does not apply: recorded as overridden. Values equal to what the trainer does are not recorded.
+NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
+           "frequency_penalty": 0.0, "repetition_penalty": 1.0, "n": 1, "logit_bias": None, "stop": None,
+           "tool_choice": "auto", "response_format": None, "seed": None}
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP `status` with an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": "invalid_request_error" if self.status < 500
+                          else "server_error", "code": self.code}}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A checked chat request in chat-template form.
+
+    Attributes:
+        messages: HF-template messages (role, content str, tool_calls with dict arguments, ...).
+        tools: tool schemas `[{"type": "function", "function": {...}}]` (empty: none).
+        stream: answer as server-sent events.
+        include_usage: a final usage chunk was asked for (`stream_options.include_usage`).
+        max_tokens: the client's completion cap (None: the server's).
+        overridden: client sampling parameters replaced by the trainer's, {name: client value}.
+        model: the model name the client asked for (echoed back).
+    """
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    overridden: dict[str, Any]
+    model: str
+
+
+def _text(content: Any, where: str) -> str:
+    """Message content (str, None, or a list of text parts) -> str."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise RequestError(400, f"{where}: content part of type {repr(kind)[:80]} is not supported (text only)")
+            out.append(str(part.get("text", "")))
+        return "".join(out)
+    raise RequestError(400, f"{where}: content must be a string, null or a list of text parts")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (RFC 8259 has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} overflows a double (RFC 8259 numbers must be finite)")
+    return value
+
+
+def loads_strict(raw: str | bytes) -> Any:
+    """`json.loads` that accepts only RFC 8259 JSON: NaN, Infinity and numbers that overflow a double
+    (1e999) raise ValueError instead of becoming floats that no strict encoder can write back (a stored
+    NaN used to make every later `GET /rollouts/<id>/trace` of that rollout a 500)."""
+    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _arguments(raw: Any) -> Any:
+    """OpenAI sends arguments as a JSON string; templates want the object (a non-JSON string is kept)."""
+    if isinstance(raw, str):
+        try:
+            return loads_strict(raw)
+        except (ValueError, RecursionError):
+            return raw
+    return raw
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise RequestError(400, f"{where}: tool_calls must be a list")
+    out = []
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise RequestError(400, f"{where}.tool_calls[{j}]: expected {{'function': {{'name', 'arguments'}}}}")
+        out.append({"id": c.get("id"), "type": "function",
+                    "function": {"name": fn["name"], "arguments": _arguments(fn.get("arguments", {}))}})
+    return out
+
+
+def convert_messages(messages: Any) -> list[dict[str, Any]]:
+    """OpenAI messages -> chat-template messages.
+
+    Raises:
+        RequestError(400): not a non-empty list of messages with known roles and text content.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise RequestError(400, f"{where}: expected an object with role one of {sorted(ROLES)}")
+        msg: dict[str, Any] = {"role": ROLES[m["role"]], "content": _text(m.get("content"), where)}
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], where)
+        if m["role"] == "assistant" and isinstance(m.get("reasoning_content"), str):
+            msg["reasoning_content"] = m["reasoning_content"]
+        if m["role"] == "tool":
+            for k in ("tool_call_id", "name"):
+                if isinstance(m.get(k), str):
+                    msg[k] = m[k]
+        out.append(msg)
+    return out
+
+
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """Validate OpenAI tool schemas. Raises RequestError(400) naming the bad entry."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise RequestError(400, "'tools' must be a list")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise RequestError(400, f"tools[{i}]: expected {{'type': 'function', 'function': {{'name', ...}}}}")
+        if "parameters" in fn and not isinstance(fn["parameters"], dict):
+            raise RequestError(400, f"tools[{i}].function.parameters must be a JSON-schema object")
+    return [{"type": "function", "function": t["function"]} for t in tools]
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    cap = body.get("max_completion_tokens", body.get("max_tokens"))
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise RequestError(400, f"max_tokens must be a positive integer, got {type(cap).__name__} {repr(cap)[:80]}")
+    return cap
+
+
+def parse_request(body: Any) -> ChatRequest:
+    """A decoded JSON body -> ChatRequest. Raises RequestError(400) with the reason."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    overridden = {k: body[k] for k, neutral in NEUTRAL.items() if k in body and body[k] != neutral
+                  and body[k] is not None}
+    opts = body.get("stream_options") or {}
+    return ChatRequest(messages=convert_messages(body.get("messages")), tools=check_tools(body.get("tools")),
+                       stream=bool(body.get("stream", False)),
+                       include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+                       max_tokens=_max_tokens(body), overridden=overridden, model=str(body.get("model") or ""))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The assistant message built from one sampled completion."""
+
+    content: str
+    tool_calls: tuple[dict[str, Any], ...]
+    finish_reason: str
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [dict(c) for c in self.tool_calls]
+        return msg
+
+
+def build_reply(text: str, *, hit_token_limit: bool, call_id_prefix: str) -> Reply:
+    """Sampled text (without the end-of-turn token) -> Reply.
+
+    Well-formed calls become OpenAI tool calls (id `{call_id_prefix}_{k}`, arguments a JSON string); the
+    raw text of each well-formed call is removed from the content, malformed blocks stay in it as text.
+    finish_reason: "length" when the token limit cut the turn, else "tool_calls" when a call was made,
+    else "stop". How many calls a turn may make is the harness's rule, not the server's.
+    """
+    try:
+        calls, _ = parse_tool_calls(text, hit_token_limit=hit_token_limit)
+    except Exception:  # noqa: BLE001 - a parser fault on model output: the turn goes back as plain text
+        calls = []
+    content, out = text, []
+    for k, c in enumerate(c for c in calls if not c.malformed):
+        content = content.replace(c.raw, "", 1)
+        out.append({"id": f"{call_id_prefix}_{k}", "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}})
+    finish = "length" if hit_token_limit else ("tool_calls" if out else "stop")
+    return Reply(content=content.strip(), tool_calls=tuple(out), finish_reason=finish)
+
+
+def reply_key(content: Any, tool_calls: Any) -> str:
+    """Canonical form of an assistant message (content text stripped, calls as name + parsed arguments),
+    to recognise our own earlier reply when the harness sends it back in its history."""
+    calls = []
+    for c in tool_calls or ():
+        fn = c.get("function", {}) if isinstance(c, dict) else {}
+        calls.append([fn.get("name"), _arguments(fn.get("arguments", {}))])
+    text = content if isinstance(content, str) else ""
+    return json.dumps([text.strip(), calls], sort_keys=True, ensure_ascii=False, default=str)
+
+
+def history_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """Canonical form of a request's messages and tools (tool-call ids are left out: harnesses renumber)."""
+    def strip(m: dict[str, Any]) -> dict[str, Any]:
+        m = {k: v for k, v in m.items() if k != "tool_call_id"}
+        if "tool_calls" in m:
+            m["tool_calls"] = [{"function": c["function"]} for c in m["tool_calls"]]
+        return m
+    return json.dumps([[strip(m) for m in messages], tools], sort_keys=True, ensure_ascii=False, default=str)
+
+
+def completion_body(rid: str, model: str, reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
+    """A non-streaming `chat.completion` object."""
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason,
+                         "logprobs": None}],
+            "usage": usage}
+
+
+def stream_chunks(rid: str, model: str, reply: Reply, usage: dict[str, int] | None) -> list[dict[str, Any]]:
+    """The `chat.completion.chunk` objects of one reply: role, content, one delta per tool call, the
+    finish reason, and (if asked) a usage chunk with empty choices. The `data: [DONE]` line is the
+    transport's."""
+    base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if reply.content:
+        out.append(chunk({"content": reply.content}))
+    for k, c in enumerate(reply.tool_calls):
+        out.append(chunk({"tool_calls": [{"index": k, **c}]}))
+    out.append(chunk({}, reply.finish_reason))
+    if usage is not None:
+        out.append({**base, "choices": [], "usage": usage})
+    return out

@@ -1,0 +1,122 @@
+import json
+import math
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from synthetic_results import AFTER, BEFORE, build_synthetic  # noqa: F401
+
+from agentrl.report.results import RunResults, atomic_write_json, to_json_ready, validate_results
+
+
+def test_builder_writes_a_valid_file(tmp_path):
+    res = build_synthetic(tmp_path / "results.json")
+    data = validate_results(tmp_path / "results.json")
+    assert data == json.loads((tmp_path / "results.json").read_text())
+    assert data["status"] == "completed" and data["steps"][0]["kl_ref"] is None  # NaN stored as null
+    assert {"python", "torch", "transformers", "agentrl"} <= set(data["versions"])
+    assert data["config"]["group_size"] == 8
+    before, after = res.evaluation("before"), res.evaluation("after")
+    assert before["pass_at_1"]["mean"] == pytest.approx(0.1) and after["pass_at_1"]["mean"] == pytest.approx(0.4875)
+    assert data["paired"][0]["diff"]["mean"] == pytest.approx(0.3875)
+    assert data["noise"]["train"]["n"] == 6 and "t" in data["noise"]["eval"]
+
+
+def test_file_is_rewritten_after_every_step(tmp_path):
+    path = tmp_path / "r.json"
+    res = RunResults(path, {"a": 1}, seed=3)
+    for step in range(3):
+        res.add_step(step, {"reward_mean": 0.5})
+        assert [s["step"] for s in validate_results(path)["steps"]] == list(range(step + 1))
+    with pytest.raises(ValueError, match="not after"):
+        res.add_step(1, {"reward_mean": 0.5})
+    with pytest.raises(ValueError, match="numbers"):
+        res.add_step(5, {"reward_mean": "high"})
+
+
+def test_resume_drops_steps_after_the_checkpoint(tmp_path):
+    build_synthetic(tmp_path / "r.json")
+    res = RunResults.resume(tmp_path / "r.json", completed_steps=3)
+    assert [s["step"] for s in res.data["steps"]] == [0, 1, 2] and res.data["status"] == "running"
+    assert max(e["step"] for e in res.data["evaluations"]) <= 3
+    res.add_step(3, {"reward_mean": 0.4})
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.pop("config"), "config"),
+    (lambda d: d["evaluations"][0]["tasks"][0].update(successes=-1), "successes"),
+    (lambda d: d["evaluations"][0]["tasks"][0].update(successes=9), "successes > trials"),
+    (lambda d: d["steps"][1].update(step=0), "strictly increase"),
+    (lambda d: d["steps"][0].update(reward_mean="x"), "steps/0/reward_mean"),
+    (lambda d: d["paired"][0]["diff"].update(lo=1.0, hi=0.0), "lo <= hi"),
+    (lambda d: d["paired"][0]["diff"].update(lo=None), "both be null"),
+    (lambda d: d["evaluations"][0]["pass_at_1"].update(lo=None, hi=None), "undefined"),
+    (lambda d: d["evaluations"][0]["pass_at_1"].update(undefined="one task"), "undefined='one task'"),
+    (lambda d: d.update(status="weird"), "status"),
+])
+def test_validation_names_the_problem(tmp_path, mutate, match):
+    build_synthetic(tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    mutate(data)
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=match):
+        validate_results(tmp_path / "bad.json")
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        validate_results(tmp_path / "nope.json")
+    (tmp_path / "x.json").write_text("{truncated")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        validate_results(tmp_path / "x.json")
+
+
+def test_to_json_ready_scalars():
+    import torch
+
+    out = to_json_ready({"a": np.int64(3), "b": torch.tensor(0.5), "c": (1, math.inf), "d": np.float32(2.0)})
+    assert out == {"a": 3, "b": 0.5, "c": [1, None], "d": 2.0}
+    with pytest.raises(TypeError, match="set"):
+        to_json_ready({"x": {1, 2}})
+
+
+def test_atomic_write_survives_kill(tmp_path):
+    """SIGKILL a process that rewrites a large file in a loop: the file is always complete JSON."""
+    path = tmp_path / "big.json"
+    atomic_write_json(path, {"i": -1})
+    script = textwrap.dedent(f"""
+        from agentrl.report.results import atomic_write_json
+        i = 0
+        while True:
+            atomic_write_json({str(path)!r}, {{"i": i, "pad": list(range(200000))}})
+            i += 1
+            if i == 2:
+                print("ready", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    data = json.loads(path.read_text())
+    assert data["i"] >= 1 and len(data["pad"]) == 200000
+    assert not [p for p in tmp_path.iterdir() if p.name != "big.json" and not p.name.endswith(".tmp")]
+
+
+def test_validate_results_names_the_path_for_binary_files_and_directories(tmp_path):
+    import pytest as _pt
+
+    from agentrl.report.results import validate_results as _v
+
+    bad = tmp_path / "r.json"
+    bad.write_bytes(b"\xff\xfe{}")
+    with _pt.raises(ValueError, match=r"r\.json: not UTF-8"):
+        _v(bad)
+    with _pt.raises(ValueError, match="is a directory"):
+        _v(tmp_path)

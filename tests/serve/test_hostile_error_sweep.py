@@ -1,0 +1,57 @@
+"""Issue 25, the same kinds found elsewhere: error messages that quoted task data or echoed a client's
+value whole, and a request-size check that parsed on the event loop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl.sandbox.api import TestJob
+
+
+def test_a_wrongly_typed_test_job_names_the_type_not_the_hidden_tests():
+    secret = "assert solve(17) == 'the hidden answer'"
+    with pytest.raises(TypeError) as e:
+        TestJob(files={"m.py": "x = 1"}, module="m", tests=secret)
+    assert "str of length" in str(e.value) and "hidden answer" not in str(e.value)
+    with pytest.raises(TypeError) as e:
+        TestJob(files={"m.py": "x = 1"}, module="m", tests=(), setup=[secret])
+    assert "hidden answer" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def served():
+    from agentrl.models.load import load_policy
+    from agentrl.serve.policy.app import ServerThread
+    from agentrl.serve.policy.server import PolicyServer
+
+    model, tok = load_policy("tiny-qwen3")
+    srv = PolicyServer(model, tok, sampler=lambda c, b: [], auto_open=True)
+    with ServerThread(srv) as http_:
+        yield http_
+    srv.close()
+
+
+@pytest.mark.parametrize("body", [
+    {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "9" * 200_000},
+    {"messages": [{"role": "user", "content": [{"type": "x" * 200_000}]}]},
+])
+def test_policy_refusals_do_not_echo_a_huge_client_value(served, body):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                 headers={"Authorization": "Bearer r", "Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    assert r.status == 400 and len(data) < 1000, (r.status, len(data))
+
+
+def test_rollout_budget_errors_are_bounded():
+    from agentrl.serve.policy.server import RolloutBudget
+
+    with pytest.raises(ValueError) as e:
+        RolloutBudget.from_json({"max_calls": "x" * 60_000})
+    assert len(str(e.value)) < 300

@@ -1,0 +1,186 @@
+"""Output-path and count checks for CLI flags: clear ValueErrors, nothing written outside the path."""
+
+import argparse
+import os
+import socket
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.cli.args import positive_int
+from agentrl.preflight import check_output_file, check_port_free, prepare_output_dir
+from agentrl.tasks import load_tasks, make_tasks, save_tasks
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    return f
+
+
+def _unwritable_dir():
+    """A directory path that cannot be created (sysfs refuses mkdir even for root)."""
+    return "/sys/agentrl_qa_out" if os.path.isdir("/sys/kernel") else None
+
+
+def test_prepare_output_dir_rejects_every_bad_kind(tmp_path, a_file, monkeypatch):
+    with pytest.raises(ValueError, match="is a file; expected a directory"):
+        prepare_output_dir(a_file)
+    with pytest.raises(ValueError, match="is under the file"):
+        prepare_output_dir(a_file / "sub" / "deeper")
+    monkeypatch.chdir(tmp_path)
+    for dots in (".", "..", "runs/..", ""):
+        with pytest.raises(ValueError, match="current or a parent directory"):
+            prepare_output_dir(dots)
+    if _unwritable_dir():
+        with pytest.raises(ValueError, match="cannot create the directory"):
+            prepare_output_dir(_unwritable_dir())
+    assert prepare_output_dir(tmp_path / "new" / "run").is_dir()
+
+
+def test_check_output_file_rejects_every_bad_kind(tmp_path, a_file):
+    with pytest.raises(ValueError, match="is a directory; expected a file path"):
+        check_output_file(tmp_path)
+    with pytest.raises(ValueError, match="is under the file"):
+        check_output_file(a_file / "x.jsonl")
+    with pytest.raises(ValueError, match="current or a parent directory"):
+        check_output_file(".")
+    if _unwritable_dir():
+        with pytest.raises(ValueError, match="cannot create its directory"):
+            check_output_file(_unwritable_dir() + "/x.jsonl")
+    assert check_output_file(tmp_path / "d" / "x.jsonl") == tmp_path / "d" / "x.jsonl"
+    assert (tmp_path / "d").is_dir() and not (tmp_path / "d" / "x.jsonl").exists()
+
+
+def test_save_tasks_to_a_directory_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "outdir"
+    target.mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        save_tasks(make_tasks(2), target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outdir"] and not any(target.iterdir())
+
+
+def test_tasks_export_bad_out_is_a_one_line_error(tmp_path, a_file, capsys):
+    (tmp_path / "d").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for bad, why in ((tmp_path / "d", "is a directory"), (a_file / "x.jsonl", "is under the file")):
+        assert main(["tasks", "export", "--n", "2", "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("agentrl tasks: error: --out") and why in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temp file left in the parent
+    assert main(["tasks", "export", "--n", "2", "--out", str(tmp_path / "ok.jsonl")]) == 0
+    assert len(load_tasks(tmp_path / "ok.jsonl")) == 2
+
+
+def test_sft_bad_out_and_zero_tasks_are_clear_errors(tmp_path, a_file, capsys):
+    for bad, why in ((a_file, "is a file"), (a_file / "sub", "is under the file"), (".", "current or a parent")):
+        assert main(["sft", "--out", str(bad), "--device", "cpu", "--n-tasks", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "agentrl sft: error: --out" in err and why in err
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    assert main(["sft", "--model", str(model_dir), "--out", str(model_dir), "--device", "cpu"]) == 2
+    assert "is the --model folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "--n-tasks", "0", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2 and "expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_smoke_zero_episodes_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["smoke", "--episodes", "0"])
+    assert e.value.code == 2 and "--episodes" in capsys.readouterr().err
+    from agentrl.rollout.smoke import SmokeConfig, run_smoke
+
+    with pytest.raises(ValueError, match="episodes >= 1"):
+        run_smoke(SmokeConfig(episodes=0))
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_check_port_free(taken_port):
+    with pytest.raises(ValueError, match=f"--port {taken_port} on 127.0.0.1 is in use"):
+        check_port_free("127.0.0.1", taken_port)
+    with pytest.raises(ValueError, match="--host 'no-such-host.invalid': not an address"):
+        check_port_free("no-such-host.invalid", 8000)
+    check_port_free("127.0.0.1", 0)  # any free port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    check_port_free("127.0.0.1", free)
+
+
+def test_servers_and_clients_refuse_a_bad_address_in_one_line(taken_port, capsys):
+    """A port in use is refused before the model or environment is built (and before 'listening' is
+    printed); an --env-url nobody serves, or that is no URL, is one line, not a ConnectionError traceback."""
+    for argv in (["serve-policy", "--model", "tiny-qwen3", "--device", "cpu", "--port", str(taken_port)],
+                 ["serve", "--env", "edit-menu", "--port", str(taken_port)]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert f"error: --port {taken_port} on 127.0.0.1 is in use" in captured.err, argv
+        assert "listening" not in captured.out + captured.err and "http://" not in captured.out
+    with socket.socket() as closed:  # bound, never listening: connections are refused at once
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        assert main(["eval", "--env-url", refused, "--models", "tiny-qwen3", "--eval-n", "1"]) == 2
+    assert "cannot be reached (ConnectionError)" in capsys.readouterr().err
+    for url, why in (("notaurl", "expected http://"), ("ftp://x", "expected http://")):
+        assert main(["eval", "--env-url", url, "--models", "tiny-qwen3", "--eval-n", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("agentrl eval: error:") and why in err and "Traceback" not in err
+
+
+def test_export_to_an_unwritable_place_names_the_file_not_a_temp_file(capsys):
+    assert main(["tasks", "export", "--n", "2", "--out", "/proc/agentrl-tasks.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert "task file '/proc/agentrl-tasks.jsonl': cannot write in '/proc'" in err and ".agentrl-tasks" not in err
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_run_out_in_an_unwritable_directory_is_one_line(command, capsys):
+    """/proc passes os.access for root; the run's lock file beside --out is the first write."""
+    assert main([command, "--out", "/proc/agentrl-run", "--device", "cpu", "--eval-size", "1", "--eval-n", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"agentrl {command}: error: --out '/proc/agentrl-run': cannot write in '/proc'" in err
+    assert ".lock" not in err and "Traceback" not in err
+
+
+def test_sft_save_jsonl_that_cannot_be_written_is_refused_before_anything_runs(tmp_path, a_file, capsys):
+    for bad, why in ((tmp_path, "is a directory"), (a_file / "t.jsonl", "is under the file")):
+        assert main(["sft", "--n-tasks", "1", "--device", "cpu", "--out", str(tmp_path / "o"),
+                     "--save-jsonl", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"agentrl sft: error: --save-jsonl {str(bad)!r} {why}" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # refused before the model loaded or the output folder was made
+
+
+def test_positive_int():
+    assert positive_int("3") == 3
+    for bad in ("0", "-1", "x", "2.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
+
+
+def test_archive_previous_moves_runs_aside_never_nesting(tmp_path):
+    from agentrl.preflight import archive_previous
+
+    out = tmp_path / "run"
+    assert archive_previous(out, "results.json") is None  # nothing there
+    out.mkdir()
+    (out / "other.txt").write_text("x")
+    assert archive_previous(out, "results.json") is None  # not a run's output: left alone
+    moved = []
+    for i in range(3):  # three archives within one second get distinct siblings
+        out.mkdir(exist_ok=True)
+        (out / "results.json").write_text(str(i))
+        moved.append(archive_previous(out, "results.json"))
+    assert len(set(moved)) == 3 and all(m.parent == tmp_path for m in moved)
+    assert sorted((m / "results.json").read_text() for m in moved) == ["0", "1", "2"]
+    assert not out.exists()
