@@ -143,7 +143,8 @@ def test_eval_command_writes_an_evaluation(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # see README "Set up and run" for its time on 2 cores; the suite-wide 600 s is for hangs
+# its time on 2 cores: results/README.md "The demo on CPU"; the suite-wide 600 s is for hangs
+@pytest.mark.timeout(1200)
 def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypatch):
     """The README's first command (`agentrl train`, no flags = --preset demo) end to end: SFT warm start on
     random-op experts, GRPO in edit-menu, held-out evaluation before and after with a paired interval."""
@@ -177,7 +178,7 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
     assert ws["nll_after"] < 0.1  # the format is learned: 0.028 nats/token at seed 0
     assert before["end_reasons"].get("submitted", 0) >= 0.75 * cfg.eval_size * cfg.eval_n  # seed 0: 46 of 48
     # Not asserted: pass@1 after > before with an interval above 0. At seed 0 it rose 0.167 -> 0.292 with a
-    # paired interval [+0.000, +0.271] (README "Set up and run"): 8 GRPO steps do not clear 0 reliably.
+    # paired interval [+0.000, +0.271] (results/README.md "The demo on CPU"): 8 GRPO steps do not clear 0 reliably.
     assert sorted(p.name for p in (tmp_path / "runs" / "default" / "plots").glob("*.png"))
     assert (tmp_path / "runs" / "default" / "train.log").stat().st_size > 0
 
