@@ -2,7 +2,7 @@
 
 Every `import agentrl.x` / `from agentrl.x import ...` / relative import anywhere in a module (also inside
 functions: a lazy import is still a dependency) is an edge from the importing module's package to the
-imported one. The layer order is docs/design.md's ("Package layers"):
+imported one. The layer order is docs/design.md's ("Layers and the import rule"):
 
     base (paths, preflight, registry) < sandbox < tasks < envs < chat < models < rollout < eval < report < rl < front ends
 

@@ -1,6 +1,7 @@
 """agentrl: train LLM coding agents with reinforcement learning against hidden-test rewards.
 
-Stages (one sub-package each): tasks -> envs -> chat/rollout -> rl -> eval -> io.
+Data path: tasks -> envs -> rollout -> reward (hidden tests, sandbox) -> rl -> eval -> report; one sub-package
+per stage (docs/design.md).
 The sandbox runs every piece of model-written code; nothing the model writes runs in this process.
 """
 

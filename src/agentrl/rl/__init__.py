@@ -1,1 +1,2 @@
-"""RL: config, advantages, losses, the GRPO trainer loop, checkpoints."""
+"""RL: config, run setup, run folder, training state, the Backend protocol, advantages, losses, updates,
+the GRPO loops, checkpoints."""
