@@ -1,7 +1,7 @@
 """Where shared assets and data live: resolution order for files the project never commits.
 
 Not a downloader: `agentrl assets fetch` (agentrl.models.assets) fetches; this module only finds.
-Order (../shared/DESIGN.md): an explicit path, then the environment variable
+Order (docs/models.md): an explicit path, then the environment variable
 (`AGENTRL_ASSETS` / `AGENTRL_DATA`), then `shared/assets|data` beside the checkout
 (or beside the current directory), then (assets only) the caller's own fallbacks such as the HF cache.
 """

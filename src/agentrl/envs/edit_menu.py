@@ -1,7 +1,7 @@
 """The edit-menu environment: read the file, apply one authored edit op by name, run the public tests, submit.
 
 Not a code-writing environment: the agent never writes code, it only picks an op from the task's menu
-(see coding_tools.py for that). Behaviour follows the edit-menu lab (../shared/reference/).
+(see coding_tools.py for that). Behaviour follows the edit-menu lab write-up (docs/labs.md).
 """
 
 from __future__ import annotations

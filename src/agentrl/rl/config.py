@@ -1,6 +1,6 @@
 """RLConfig: every knob of a training run, mirrored 1:1 as CLI flags. Not the trainer loop.
 
-Defaults follow ../shared/reference/lab-writeup-edit-menu-and-tools.txt (group size 8, 8 prompts per
+Defaults follow the edit-menu-and-tools lab write-up (docs/labs.md; group size 8, 8 prompts per
 step, renamed functions, at most 6 turns, adv_mode "grpo", symmetric clip 0.2, 1 epoch, 2 minibatches,
 no KL, grad-norm clip 1.0, AdamW without weight decay), except that the embedded default model and
 step count are small enough for `agentrl train` with no arguments to finish on a 2-core CPU.

@@ -1,6 +1,6 @@
 """MBPP (sanitized) as Tasks for the python-session environment: load, split by task_id, render.
 
-Not the environment (agentrl.envs.python_session). Data: ../shared/data/mbpp/ (CC-BY-4.0), never
+Not the environment (agentrl.envs.python_session). Data (CC-BY-4.0): `AGENTRL_DATA` or a `shared/data/mbpp/` folder beside the checkout (agentrl.paths), never
 committed; a local JSON path, or Hugging Face `datasets` when installed and online.
 """
 
