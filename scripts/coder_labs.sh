@@ -8,7 +8,8 @@
 #
 # RUN: tools (coding-tools, SFT then GRPO), tools-cold (coding-tools GRPO from the raw model, as the write-up
 # did), edit-menu (SFT then GRPO), transfer (coding-tools trained on 10 families, held out on 5 of them and
-# on 5 families never trained on). The runs named go in parallel on one GPU; each writes
+# on 5 families never trained on), wordle (SFT on consistent random guesses, then GRPO), mbpp (python-session
+# SFT on bug-fix experts, then GRPO on MBPP, scored on its 257 test problems). The runs named go in parallel on one GPU; each writes
 # OUT_ROOT/<run>-s<SEED>/{sft,rl}/ and OUT_ROOT/<run>-s<SEED>.log.
 # Knobs (environment): MODEL, SEEDS (space-separated, default "0"), DEVICE (default cuda), PY, STEPS (default 40),
 # TRAIN_S (seconds of GRPO steps per run: `train --max-train-s`, the evaluation after still runs; default 300),
@@ -30,9 +31,11 @@ mkdir -p "$ROOT"
 
 left() { echo $(( DEADLINE - $(date +%s) > 1 ? DEADLINE - $(date +%s) : 1 )); }
 
-sft() {  # sft SEED ENV OUT FAMILIES: 192 expert episodes, 2 epochs, lr 2e-5
-  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env "$2" --random-op --families "$4" --n-tasks 192 \
-    --epochs 2 --lr 2e-5 --batch 16 --micro 8 --max-tokens 16384 --seed "$1" --device "$DEVICE" --out "$3"
+sft() {  # sft SEED ENV OUT [extra args]: 192 expert episodes, 2 epochs, lr 2e-5
+  local seed=$1 env=$2 out=$3
+  shift 3
+  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env "$env" --n-tasks 192 --epochs 2 --lr 2e-5 --batch 16 \
+    --micro 8 --max-tokens 16384 --seed "$seed" --device "$DEVICE" --out "$out" "$@"
 }
 
 grpo() {  # grpo SEED MODEL ENV OUT [extra args]: 8 prompts x 8 episodes a step, lr 1e-6, fp32, fast sampler
@@ -43,12 +46,22 @@ grpo() {  # grpo SEED MODEL ENV OUT [extra args]: 8 prompts x 8 episodes a step,
     --max-train-s "$TRAIN_S" --out "$out" "$@"
 }
 
-run_tools() { sft "$1" coding-tools "$2/sft" "$WRITEUP" && grpo "$1" "$2/sft" coding-tools "$2/rl" --families "$WRITEUP" --max-new-tokens 256; }
+run_tools() { sft "$1" coding-tools "$2/sft" --random-op --families "$WRITEUP" && grpo "$1" "$2/sft" coding-tools "$2/rl" --families "$WRITEUP" --max-new-tokens 256; }
 run_tools_cold() { grpo "$1" "$M" coding-tools "$2/rl" --families "$WRITEUP" --max-new-tokens 256; }
-run_edit_menu() { sft "$1" edit-menu "$2/sft" "$WRITEUP" && grpo "$1" "$2/sft" edit-menu "$2/rl" --families "$WRITEUP" --max-new-tokens 128; }
+run_edit_menu() { sft "$1" edit-menu "$2/sft" --random-op --families "$WRITEUP" && grpo "$1" "$2/sft" edit-menu "$2/rl" --families "$WRITEUP" --max-new-tokens 128; }
 run_transfer() {
-  sft "$1" coding-tools "$2/sft" "$SEEN" &&
+  sft "$1" coding-tools "$2/sft" --random-op --families "$SEEN" &&
     grpo "$1" "$2/sft" coding-tools "$2/rl" --families "$SEEN" --eval-families "$WRITEUP,$UNSEEN" --max-new-tokens 256
+}
+run_wordle() {  # experts: random guesses consistent with the feedback; held out: 48 words of the held-out split
+  sft "$1" wordle "$2/sft" --tasks wordle &&
+    grpo "$1" "$2/sft" wordle "$2/rl" --tasks wordle --eval-size 48 --eval-n 4 --max-new-tokens 64
+}
+run_mbpp() {  # the raw model answers MBPP in prose and never calls run_python: warm start on the python-session
+  # expert (bug-fix tasks: write the function, run a test), then GRPO on MBPP's 170 train problems, all 257 test ones
+  sft "$1" python-session "$2/sft" &&
+    grpo "$1" "$2/sft" python-session "$2/rl" --tasks mbpp --train-size 0 --eval-size 257 --eval-n 1 --max-turns 3 \
+      --max-new-tokens 256
 }
 
 for seed in $SEEDS; do
@@ -60,7 +73,9 @@ for seed in $SEEDS; do
       tools-cold) run_tools_cold "$seed" "$d" ;;
       edit-menu) run_edit_menu "$seed" "$d" ;;
       transfer) run_transfer "$seed" "$d" ;;
-      *) echo "unknown run $run (tools | tools-cold | edit-menu | transfer)" >&2; exit 2 ;;
+      wordle) run_wordle "$seed" "$d" ;;
+      mbpp) run_mbpp "$seed" "$d" ;;
+      *) echo "unknown run $run (tools | tools-cold | edit-menu | transfer | wordle | mbpp)" >&2; exit 2 ;;
     esac > "$d.log" 2>&1 &
   done
 done
