@@ -1,9 +1,12 @@
 """Load a policy (HF causal LM + tokenizer with a chat template) from a path, the HF cache, or a preset.
 
 Not a downloader unless asked (`allow_download=True`), and not the sampler (agentrl.rollout.sampler).
-Presets "tiny-qwen3" (tests, the CPU default) and "small-qwen3" (the warm-started learning-run model):
-Qwen3 architecture from small configs derived from Qwen3-0.6B's config.json, random weights from a fixed
-seed, and the real Qwen3 tokenizer.
+Presets "tiny-qwen3" (tests, the CPU default), "small-qwen3" (the warm-started learning-run model) and
+"demo-qwen3" (the demo's model): Qwen3 architecture from small configs derived from Qwen3-0.6B's
+config.json, random weights from a fixed seed, and the real Qwen3 tokenizer; "demo-qwen3" has tiny-qwen3's
+trunk with a trimmed copy of that tokenizer (agentrl.chat.trim: only the tokens edit-menu shows and its
+experts write on bug-fix tasks, same segmentation there, byte fallback elsewhere), so its embedding and
+softmax are 1,644 wide instead of 151,936 (docs/design.md, "The demo's vocabulary").
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ SMALL_QWEN3_OVERRIDES: dict[str, Any] = {
     "head_dim": 64,
     "max_position_embeddings": 8192,
 }
-PRESET_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-qwen3": TINY_QWEN3_OVERRIDES, "small-qwen3": SMALL_QWEN3_OVERRIDES}
+PRESET_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-qwen3": TINY_QWEN3_OVERRIDES, "small-qwen3": SMALL_QWEN3_OVERRIDES,
+                                               "demo-qwen3": TINY_QWEN3_OVERRIDES}
+# presets whose tokenizer is a trimmed Qwen3 one: the kept-token file under agentrl/chat/vocab/
+# (scripts/build_demo_vocab.py rebuilds it); vocab_size, bos and eos follow the trimmed tokenizer
+PRESET_VOCABS: dict[str, str] = {"demo-qwen3": "edit-menu-bugfix"}
 PRESETS = tuple(PRESET_OVERRIDES)
 QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
 
@@ -102,6 +109,32 @@ def _qwen3_tokenizer_source() -> str:
         if isinstance(cached, str):
             return str(Path(cached).parent)
         raise FileNotFoundError(f"{e}; not in the HF cache ({QWEN3_HUB_ID}) either: run `agentrl assets fetch`") from e
+
+
+def preset_trimmed_tokenizer(vocab: str):
+    """The real Qwen3 tokenizer trimmed to the kept tokens of `agentrl/chat/vocab/<vocab>.json`.
+
+    Raises:
+        FileNotFoundError: the Qwen3 tokenizer is not found (says how to fetch it).
+        ValueError: the vocab file is damaged (its tokens' sha256 differs from the one it records), or was
+            built from another tokenizer.json than the one found (rebuild: scripts/build_demo_vocab.py).
+    """
+    import hashlib
+    import tempfile
+
+    from agentrl.chat.trim import trimmed_tokenizer_files, vocab_file_digest
+
+    path = Path(__file__).resolve().parents[1] / "chat" / "vocab" / f"{vocab}.json"
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    if vocab_file_digest(spec["tokens"]) != spec["tokens_sha256"]:
+        raise ValueError(f"{path}: the kept tokens do not match their recorded sha256 (damaged or hand-edited)")
+    source = Path(_qwen3_tokenizer_source())
+    sha = hashlib.sha256((source / "tokenizer.json").read_bytes()).hexdigest()
+    if sha != spec["source_tokenizer_sha256"]:
+        raise ValueError(f"{path} was built from a tokenizer.json with sha256 {spec['source_tokenizer_sha256'][:12]}..., "
+                         f"but {source} has {sha[:12]}...; rebuild it with scripts/build_demo_vocab.py")
+    with tempfile.TemporaryDirectory(prefix="agentrl-trim-") as tmp:  # a fast tokenizer loads into memory
+        return load_tokenizer(trimmed_tokenizer_files(source, spec["tokens"], tmp))
 
 
 def tiny_qwen3_config(**overrides: Any):
@@ -213,10 +246,16 @@ def load_policy(
                                     tokenizer_path=tokenizer_path, chat_template=chat_template)
     torch_dtype = resolve_torch_dtype(dtype, name_or_path, allow_download=allow_download)
     if str(name_or_path) in PRESET_OVERRIDES:
-        tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
+        overrides = dict(PRESET_OVERRIDES[str(name_or_path)])
+        if tokenizer_path is None and str(name_or_path) in PRESET_VOCABS:
+            tok = preset_trimmed_tokenizer(PRESET_VOCABS[str(name_or_path)])
+            overrides |= {"vocab_size": len(tok), "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"),
+                          "bos_token_id": tok.convert_tokens_to_ids("<|endoftext|>")}
+        else:
+            tok = load_tokenizer(tokenizer_path or _qwen3_tokenizer_source(), allow_download=allow_download)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            config = tiny_qwen3_config(**PRESET_OVERRIDES[str(name_or_path)])
+            config = tiny_qwen3_config(**overrides)
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     else:
         p = Path(name_or_path).expanduser()
