@@ -65,7 +65,7 @@ def _skipped_update(step: dict[str, Any]) -> bool:
 
 
 def _shade_skipped(ax: Any, steps: list[dict[str, Any]]) -> None:
-    """Grey bands over the steps whose update was skipped, with one legend entry."""
+    """Grey bands over the steps whose update was skipped (the first one labelled, for a legend)."""
     first = True
     for s in steps:
         if _skipped_update(s) and _finite(s.get("step")):
@@ -259,9 +259,8 @@ def plot_update(results: dict[str, Any], path: Path) -> Path | None:
         _shade_skipped(ax, steps)
         ax.plot(x, y, marker="o", color="#ff7f0e")
         _style(ax, title=title, xlabel="training step", ylabel=unit)
-    if any(_skipped_update(s) for s in steps):
-        axes[0, 0].legend(fontsize=7, loc="best")
-    return _save(fig, path, "update")
+    skipped = any(_skipped_update(s) for s in steps)
+    return _save(fig, path, "update" + (" (grey: update skipped, no reward spread)" if skipped else ""))
 
 
 _KINDS = (("counts", "count", "per episode (mean)"), ("fractions", "1", "fraction (0-1)"),
@@ -304,7 +303,9 @@ def plot_tool_stats(results: dict[str, Any], path: Path, before: str = "before",
         ax.set_yticks(idx, [readable_label(k) for k in names], fontsize=8)
         ax.invert_yaxis()
         _style(ax, title=title, xlabel=label, ylabel="", int_x=False, values_on="x")
-        ax.legend(fontsize=8, loc="lower right")  # on each panel, beside its own bars
+
+    # attached to the first panel, just above its top right corner (beside its title, over no bar)
+    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
     return _save(fig, path, "tool statistics, held-out tasks")
 
 
