@@ -129,6 +129,21 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
+def _torch_cpu_threads(cfg: RLConfig) -> Iterator[None]:
+    """torch's intra-op threads = cfg.cpu_threads while the run is open, on a CPU run (0: unchanged); the
+    previous count is restored on exit (a run inside a longer process leaves it as it found it)."""
+    if not cfg.cpu_threads or not str(resolve_device(cfg.device)).startswith("cpu"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.cpu_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
     """Turn SIGTERM into `Terminated` while the run is open (main thread only; elsewhere a no-op)."""
     if threading.current_thread() is not threading.main_thread():
@@ -431,7 +446,7 @@ class RunSession:
 
         check_warm_start(cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with _exclusive(out), _sigterm_interrupts():
+        with _exclusive(out), _sigterm_interrupts(), _torch_cpu_threads(cfg):
             with cls._started(cfg, out, tasks, sampler) as sess:
                 yield sess
 
