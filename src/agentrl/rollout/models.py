@@ -207,7 +207,7 @@ def load_policy(
     """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
 
     Args:
-        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a fetched pretrained model
+        name_or_path: a preset ("tiny-qwen3", "small-qwen3", "demo-qwen3"), a fetched pretrained model
             ("smollm2-135m-instruct": its folder in the agentrl model cache, agentrl.models.pretrained), a
             folder with config + weights, an agentrl checkpoint folder (`.../checkpoints/step_N`: its
             `model/` is loaded), a folder of LoRA adapters (its base is loaded and the adapters merged
@@ -217,8 +217,10 @@ def load_policy(
             or an alias ("float32", "bfloat16", ...).
         device: torch device string.
         allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
-        tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3", the asset
-            "qwen3-tokenizer", resolved as in agentrl.paths).
+        tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3" and "small-qwen3", the
+            asset "qwen3-tokenizer", resolved as in agentrl.paths; for "demo-qwen3", that tokenizer trimmed
+            by `preset_trimmed_tokenizer`; a path given here replaces it, and the model then has
+            tiny-qwen3's full 151,936-row embedding).
         seed: weight seed for presets (random init).
         chat_template: replace the tokenizer's template (a bundled name such as "chatml-tools", or a path;
             agentrl.chat.bundled); saving the tokenizer then saves it too.
