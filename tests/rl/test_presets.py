@@ -20,7 +20,14 @@ def test_no_flags_is_the_demo_preset():
     assert _cfg([]) == RLConfig.from_preset("demo")
     demo = RLConfig.from_preset("demo")
     assert demo.preset == "demo" and demo.warm_start == "sft" and demo.env == "edit-menu"
-    assert demo.model == "tiny-qwen3" and demo.to_dict() == {**RLConfig().to_dict(), **PRESETS["demo"], "preset": "demo"}
+    assert demo.model == "demo-qwen3" and demo.to_dict() == {**RLConfig().to_dict(), **PRESETS["demo"], "preset": "demo"}
+
+
+def test_only_seed_out_and_resume_keep_the_demo():
+    """`agentrl train --seed 1 --out runs/s1` (as results/README.md measures the main job) is still the demo."""
+    assert _cfg(["--seed", "1", "--out", "runs/s1"]) == RLConfig.from_preset("demo", seed=1, out="runs/s1")
+    assert _cfg(["--out=runs/s1", "--resume"]) == RLConfig.from_preset("demo", out="runs/s1", resume=True)
+    assert _cfg(["--seed", "1", "--steps", "2"]) == RLConfig(seed=1, steps=2)  # any other flag: plain defaults
 
 
 def test_flags_without_preset_keep_the_plain_defaults():
@@ -54,7 +61,7 @@ def test_help_shows_the_preset_defaults_only_when_asked(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     plain_help = capsys.readouterr().out
-    assert "--warm-start" in plain_help and "no flags: --preset demo" in " ".join(plain_help.split())
+    assert "--warm-start" in plain_help and "no flags (or only --seed, --out, --resume): --preset demo" in " ".join(plain_help.split())
     assert "(default: edit-menu)" in demo_help and "(default: coding-tools)" in plain_help
 
 
@@ -94,3 +101,19 @@ def test_a_bad_warm_start_is_refused_before_an_earlier_run_is_touched(tmp_path, 
     assert main(["train", "--warm-start", "sft", "--env", "wordle", "--tasks", "wordle", "--out", str(out)]) == 2
     assert "scripted expert" in capsys.readouterr().err
     assert (out / "results.json").read_text() == '{"keep": true}'
+
+
+def test_cpu_threads_hold_while_a_run_is_open_and_are_restored():
+    import torch
+
+    from agentrl.rl.session import torch_cpu_threads
+
+    before = torch.get_num_threads()
+    assert RLConfig.from_preset("demo").cpu_threads == 1 and RLConfig().cpu_threads == 0
+    with torch_cpu_threads(RLConfig(cpu_threads=1, device="cpu")):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_cpu_threads(RLConfig(cpu_threads=0, device="cpu")):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="RLConfig.cpu_threads"):
+        RLConfig(cpu_threads=-1)

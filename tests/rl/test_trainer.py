@@ -143,8 +143,7 @@ def test_eval_command_writes_an_evaluation(tmp_path):
 
 
 @pytest.mark.slow
-# its time on 2 cores: results/README.md "The demo on CPU"; the suite-wide 600 s is for hangs
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1200)  # about 3 min on 2 shared cores (results/README.md, "The main job"); 600 s is for hangs
 def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypatch):
     """The README's first command (`agentrl train`, no flags = --preset demo) end to end: SFT warm start on
     random-op experts, GRPO in edit-menu, held-out evaluation before and after with a paired interval."""
@@ -158,7 +157,7 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
     assert ws["settings"]["lr"] == cfg.warm_start_lr and ws["settings"]["epochs"] == cfg.warm_start_epochs
     assert ws["data"]["trajectories"] == cfg.warm_start_tasks and ws["data"]["dropped"] == 0
     assert len(ws["losses"]) == -(-cfg.warm_start_tasks // cfg.warm_start_batch) * cfg.warm_start_epochs
-    assert ws["nll_after"] < 0.5 * ws["nll_before"]  # from ~ln(151936) = 11.9 nats/token to a fraction of it
+    assert ws["nll_after"] < 0.5 * ws["nll_before"]  # from ~ln(1644) = 7.4 nats/token to a fraction of it
     assert len(data["steps"]) == cfg.steps
     assert all(s["rollout/episodes"] == cfg.group_size * cfg.prompts_per_step for s in data["steps"])
     for s in data["steps"]:  # the episode contract in the results file: unscorable count, end-reason fractions
@@ -175,10 +174,14 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
         assert (ev["pass_at_1"]["lo"] is None) == (len(rates) == 1) == bool(ev["pass_at_1"]["undefined"])
     assert data["paired"] and data["tool_schemas"] and data["sandbox"]["backend"]
     assert {t["function"]["name"] for t in data["tool_schemas"]} == {"read_file", "edit", "run_tests", "submit"}
-    assert ws["nll_after"] < 0.1  # the format is learned: 0.028 nats/token at seed 0
-    assert before["end_reasons"].get("submitted", 0) >= 0.75 * cfg.eval_size * cfg.eval_n  # seed 0: 46 of 48
-    # Not asserted: pass@1 after > before with an interval above 0. At seed 0 it rose 0.167 -> 0.292 with a
-    # paired interval [+0.000, +0.271] (results/README.md "The demo on CPU"): 8 GRPO steps do not clear 0 reliably.
+    assert data["config"]["model"] == "demo-qwen3" and ws["nll_after"] < 0.1  # the format is learned (0.03)
+    assert before["end_reasons"].get("submitted", 0) >= 0.75 * cfg.eval_size * cfg.eval_n  # nearly all submit
+    # it learns: at seeds 0, 1 and 2 the paired difference was +0.146, +0.583, +0.208, each interval above 0
+    # (lower ends +0.042, +0.438, +0.062; results/README.md). The lower end moves with floating-point details
+    # (two torch threads gave seed 0 +0.479), so what is asserted is the part that holds with a margin: a
+    # clear rise of the paired mean and of pass@1.
+    paired = data["paired"][0]["diff"]
+    assert paired["mean"] > 0.05 and after["pass_at_1"]["mean"] > before["pass_at_1"]["mean"] + 0.05
     assert sorted(p.name for p in (tmp_path / "runs" / "default" / "plots").glob("*.png"))
     assert (tmp_path / "runs" / "default" / "train.log").stat().st_size > 0
 

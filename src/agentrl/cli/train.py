@@ -18,22 +18,29 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "train", help="GRPO training with held-out evaluation before and after",
-        description="Train a policy with GRPO. With no flags: --preset demo (tiny-qwen3 warm-started by SFT on "
-        "scripted experts, then GRPO in edit-menu; about 8-9 minutes on 2 idle CPU cores). Flags without "
-        "--preset start from the plain defaults shown below; `--preset demo --help` shows the preset's.",
+        description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume): --preset demo "
+        "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 3 minutes on 2 CPU "
+        "cores). Other flags without --preset start from the plain defaults shown below; `--preset demo --help` "
+        "shows the preset's.",
     )
     add_rlconfig_flags(p)
     p.defaults_from_argv = preset_defaults
     p.set_defaults(func=main)
 
 
+# flags that say where and with which seed a run goes, not what it trains: with only these, `agentrl train`
+# is still the demo (`agentrl train --seed 1 --out runs/s1`, as results/README.md measures it)
+WHERE_FLAGS = ("--seed", "--out", "--resume", "--no-resume")
+
+
 def preset_defaults(argv: list[str]) -> dict[str, Any]:
     """The defaults `agentrl train ARGV` starts from: the values of `--preset NAME` (agentrl.rl.config.PRESETS),
-    "demo" when ARGV is empty, else none ({}: RLConfig's own defaults). An unknown name gives {} here and
-    argparse's "invalid choice" error when the flag is parsed."""
+    "demo" when ARGV is empty or holds only WHERE_FLAGS, else none ({}: RLConfig's own defaults). An unknown
+    name gives {} here and argparse's "invalid choice" error when the flag is parsed."""
     from agentrl.rl.config import PRESETS
 
-    name = "demo" if not argv else None
+    given = [a.split("=", 1)[0].replace("_", "-") for a in argv if a.startswith("--")]
+    name = "demo" if all(f in WHERE_FLAGS for f in given) else None
     for i, arg in enumerate(argv):
         if arg == "--preset" and i + 1 < len(argv):
             name = argv[i + 1]

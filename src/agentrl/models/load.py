@@ -1,15 +1,20 @@
 """Load a policy (HF causal LM + tokenizer with a chat template) from a path, the HF cache, or a preset.
 
 Not a downloader unless asked (`allow_download=True`), and not the sampler (agentrl.rollout.hf_sampler).
-Presets (agentrl.models.presets) "tiny-qwen3" (tests, the CPU default) and "small-qwen3" (the warm-started learning-run model):
-Qwen3 architecture from small configs derived from Qwen3-0.6B's config.json, random weights from a fixed
-seed, and the real Qwen3 tokenizer.
+Presets (agentrl.models.presets) "tiny-qwen3" (tests), "small-qwen3" (the warm-started learning-run model) and
+"demo-qwen3" (the demo's model): Qwen3 architecture from small configs derived from Qwen3-0.6B's
+config.json, random weights from a fixed seed, and the real Qwen3 tokenizer; "demo-qwen3" has tiny-qwen3's
+trunk with a trimmed copy of that tokenizer (agentrl.chat.trim: only the tokens edit-menu shows and its
+experts write on bug-fix tasks, same segmentation there, byte fallback elsewhere), so its embedding and
+softmax are 1,644 wide instead of 151,936 (docs/design.md, "The demo's vocabulary").
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,7 @@ from agentrl.models.device import canonical_dtype
 from agentrl.models.device import torch_dtype as resolve_torch_dtype
 from agentrl.models.presets import (
     PRESET_OVERRIDES,
+    PRESET_VOCABS,
     qwen3_tokenizer_source,
     resolve_model_dir,
     tiny_qwen3_config,
@@ -95,6 +101,29 @@ def _load_hint(path: Path, allow_download: bool) -> str:
     return " (a hub id, local files only: put it in the HF cache or pass --allow-download)"
 
 
+def preset_trimmed_tokenizer(vocab: str):
+    """The real Qwen3 tokenizer trimmed to the kept tokens of `agentrl/chat/vocab/<vocab>.json`.
+
+    Raises:
+        FileNotFoundError: the Qwen3 tokenizer is not found (says how to fetch it).
+        ValueError: the vocab file is damaged (its tokens' sha256 differs from the one it records), or was
+            built from another tokenizer.json than the one found (rebuild: scripts/build_demo_vocab.py).
+    """
+    from agentrl.chat.trim import trimmed_tokenizer_files, vocab_file_digest
+
+    path = Path(__file__).resolve().parents[1] / "chat" / "vocab" / f"{vocab}.json"
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    if vocab_file_digest(spec["tokens"]) != spec["tokens_sha256"]:
+        raise ValueError(f"{path}: the kept tokens do not match their recorded sha256 (damaged or hand-edited)")
+    source = Path(qwen3_tokenizer_source())
+    sha = hashlib.sha256((source / "tokenizer.json").read_bytes()).hexdigest()
+    if sha != spec["source_tokenizer_sha256"]:
+        raise ValueError(f"{path} was built from a tokenizer.json with sha256 {spec['source_tokenizer_sha256'][:12]}..., "
+                         f"but {source} has {sha[:12]}...; rebuild it with scripts/build_demo_vocab.py")
+    with tempfile.TemporaryDirectory(prefix="agentrl-trim-") as tmp:  # a fast tokenizer loads into memory
+        return load_tokenizer(trimmed_tokenizer_files(source, spec["tokens"], tmp))
+
+
 def load_policy(
     name_or_path: str | os.PathLike,
     dtype: str = "fp32",
@@ -108,7 +137,7 @@ def load_policy(
     """Load `(model, tokenizer)`: a preset, a local folder, or an HF hub id from the local cache.
 
     Args:
-        name_or_path: a preset ("tiny-qwen3", "small-qwen3"), a fetched pretrained model
+        name_or_path: a preset ("tiny-qwen3", "small-qwen3", "demo-qwen3"), a fetched pretrained model
             ("smollm2-135m-instruct": its folder in the agentrl model cache, agentrl.models.pretrained), a
             folder with config + weights, an agentrl checkpoint folder (`.../checkpoints/step_N`: its
             `model/` is loaded), a folder of LoRA adapters (its base is loaded and the adapters merged
@@ -118,8 +147,10 @@ def load_policy(
             or an alias ("float32", "bfloat16", ...).
         device: torch device string.
         allow_download: fetch from the HF hub if missing locally (default: `local_files_only=True`).
-        tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3", the asset
-            "qwen3-tokenizer", resolved as in agentrl.paths).
+        tokenizer_path: tokenizer folder (default: the model's own; for "tiny-qwen3" and "small-qwen3", the
+            asset "qwen3-tokenizer", resolved as in agentrl.paths; for "demo-qwen3", that tokenizer trimmed
+            by `preset_trimmed_tokenizer`; a path given here replaces it, and the model then has
+            tiny-qwen3's full 151,936-row embedding).
         seed: weight seed for presets (random init).
         chat_template: replace the tokenizer's template (a bundled name such as "chatml-tools", or a path;
             agentrl.chat.bundled); saving the tokenizer then saves it too.
@@ -147,10 +178,16 @@ def load_policy(
                                     tokenizer_path=tokenizer_path, chat_template=chat_template)
     torch_dtype = resolve_torch_dtype(dtype, name_or_path, allow_download=allow_download)
     if str(name_or_path) in PRESET_OVERRIDES:
-        tok = load_tokenizer(tokenizer_path or qwen3_tokenizer_source(), allow_download=allow_download)
+        overrides = dict(PRESET_OVERRIDES[str(name_or_path)])
+        if tokenizer_path is None and str(name_or_path) in PRESET_VOCABS:
+            tok = preset_trimmed_tokenizer(PRESET_VOCABS[str(name_or_path)])
+            overrides |= {"vocab_size": len(tok), "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"),
+                          "bos_token_id": tok.convert_tokens_to_ids("<|endoftext|>")}
+        else:
+            tok = load_tokenizer(tokenizer_path or qwen3_tokenizer_source(), allow_download=allow_download)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            config = tiny_qwen3_config(**PRESET_OVERRIDES[str(name_or_path)])
+            config = tiny_qwen3_config(**overrides)
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     else:
         p = Path(name_or_path).expanduser()

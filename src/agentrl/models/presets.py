@@ -37,7 +37,11 @@ SMALL_QWEN3_OVERRIDES: dict[str, Any] = {
     "head_dim": 64,
     "max_position_embeddings": 8192,
 }
-PRESET_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-qwen3": TINY_QWEN3_OVERRIDES, "small-qwen3": SMALL_QWEN3_OVERRIDES}
+PRESET_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-qwen3": TINY_QWEN3_OVERRIDES, "small-qwen3": SMALL_QWEN3_OVERRIDES,
+                                               "demo-qwen3": TINY_QWEN3_OVERRIDES}
+# presets whose tokenizer is a trimmed Qwen3 one: the kept-token file under agentrl/chat/vocab/
+# (scripts/build_demo_vocab.py rebuilds it); vocab_size, bos and eos follow the trimmed tokenizer
+PRESET_VOCABS: dict[str, str] = {"demo-qwen3": "edit-menu-bugfix"}
 MODEL_PRESETS = tuple(PRESET_OVERRIDES)  # the model names load_policy builds with random weights
 QWEN3_HUB_ID = "Qwen/Qwen3-0.6B"
 

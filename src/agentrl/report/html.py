@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agentrl.report.readable import duration, verdict, with_unit
 from agentrl.report.results import atomic_write_text
 from agentrl.report.schema import RESULTS_SCHEMA, STEP_METRICS, dedupe_stats, stat_description
 from agentrl.report.transcript_view import transcript_browser
@@ -31,9 +32,10 @@ main{padding:8px 24px 40px;max-width:1400px}section{background:#fff;border-radiu
 margin:14px 0;box-shadow:0 1px 2px rgba(0,0,0,.08)}h2{font-size:17px;margin:6px 0 10px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}th,td{border-bottom:1px solid #e5e7eb;
 padding:3px 10px;text-align:left;vertical-align:top}th{background:#f3f4f6}td.num{text-align:right;
-font-variant-numeric:tabular-nums}img{max-width:100%;height:auto}.muted{color:#6b7280}
+font-variant-numeric:tabular-nums}img{max-width:100%;height:auto}section img{width:100%}.muted{color:#6b7280}
 .cards{display:flex;gap:12px;flex-wrap:wrap}.card{background:#f3f4f6;border-radius:6px;padding:8px 14px}
-.card b{display:block;font-size:18px}.up{color:#047857}.down{color:#b91c1c}
+.card b{display:block;font-size:18px}.up{color:#047857}.down{color:#b91c1c}.flat{color:#374151}.na{color:#6b7280}
+.verdict{font-size:16px;font-weight:700;margin:8px 0}.verdict.up{color:#047857}.verdict.down{color:#b91c1c}
 .sidebyside{display:grid;grid-template-columns:1fr 1fr;gap:12px}.episode{border:1px solid #e5e7eb;
 border-radius:6px;padding:6px 10px;min-width:0}.episode h4{margin:4px 0 8px}
 pre{white-space:pre-wrap;word-break:break-word;background:#f9fafb;padding:6px;border-radius:4px;margin:4px 0;
@@ -64,7 +66,7 @@ def _iv(iv: dict[str, Any] | None, signed: bool = False) -> str:
     return format_interval(iv if isinstance(iv, dict) else None, signed=signed)
 
 
-_NUMERIC = re.compile(r"^(n/a|[-+]?\d[\d.e+-]*( \[.*\])?|\d+/\d+( \(.*\))?)$")
+_NUMERIC = re.compile(r"^(n/a|[-+]?\d[\d.e+-]*( \[.*\])?|\d+/\d+( \(.*\))?|\d+(:\d\d){1,2}|[\d.]+ (B|kB|MB|GB|TB|s))$")
 
 
 def _table(head: list[str], rows: list[list[Any]], numeric: bool = True) -> str:
@@ -102,21 +104,23 @@ def _evals(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _summary(data: dict[str, Any]) -> str:
     cfg, ev = data.get("config") or {}, _evals(data)
     cards = [("status", data.get("status", "?")), ("steps done", len(data.get("steps") or [])),
-             ("wall clock", _num(data.get("wall_clock_s"), ".0f") + " s")]
+             ("wall clock (min:s)", duration(data.get("wall_clock_s")))]
     for label in ("before", "after", "eval"):
         if label in ev:
             cards.append((f"held-out pass@1 {label}", _iv(ev[label].get("pass_at_1"))))
+    verdicts = []
     for p in data.get("paired") or []:
-        d = (p.get("diff") or {}).get("mean")
-        cls = "up" if isinstance(d, (int, float)) and d > 0 else "down" if isinstance(d, (int, float)) and d < 0 else ""
-        cards.append((f"paired {p['after']} - {p['before']}", f'<span class="{cls}">{_esc(_iv(p.get("diff"), True))}</span>'))
+        v = verdict(p.get("diff"))  # coloured by the interval, not by the sign of the mean
+        cards.append((f"paired {p['after']} - {p['before']}", f'<span class="{v.css}">{_esc(_iv(p.get("diff"), True))}</span>'))
+        verdicts.append(f'<p class="verdict {v.css}">{_esc(p["after"])} vs {_esc(p["before"])}: {_esc(v.text)}</p>')
     body = "".join(f'<div class="card">{_esc(k)}<b>{v if str(v).startswith("<span") else _esc(v)}</b></div>'
                    for k, v in cards)
     err = f'<p class="down">error: {_esc(data["error"])}</p>' if data.get("error") else ""
     what = (f'model <b>{_esc(cfg.get("model", "?"))}</b>, env <b>{_esc(cfg.get("env", "?"))}</b>, tasks '
             f'<b>{_esc(cfg.get("tasks", "?"))}</b>, seed {_esc(data.get("seed", "?"))}, '
             f'{_esc(cfg.get("group_size", "?"))} episodes x {_esc(cfg.get("prompts_per_step", "?"))} prompts per step')
-    return f'<section id="summary"><h2>Summary</h2><p>{what}</p><div class="cards">{body}</div>{err}</section>'
+    return (f'<section id="summary"><h2>Summary</h2><p>{what}</p>{"".join(verdicts)}<div class="cards">{body}</div>'
+            f'{err}</section>')
 
 
 def _warm_start_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
@@ -130,14 +134,14 @@ def _warm_start_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
     change = after - before if all(isinstance(v, (int, float)) for v in (before, after)) else None
     cards = [("method", ws.get("method", "?")), ("policy NLL before", _num(before, ".4f") + " nats/token"),
              ("policy NLL after", _num(after, ".4f") + " nats/token"), ("after - before", _num(change, "+.4f")),
-             ("optimizer steps", len(ws.get("losses") or [])), ("wall clock", _num(ws.get("wall_clock_s"), ".1f") + " s")]
+             ("optimizer steps", len(ws.get("losses") or [])), ("wall clock", with_unit(ws.get("wall_clock_s"), "s"))]
     body = "".join(f'<div class="card">{_esc(k)}<b>{_esc(v)}</b></div>' for k, v in cards)
     def what(field: dict[str, Any]) -> list[str]:  # the schema's words, less its note on nulls
         return [str(field.get("description", "")).split(" (null:")[0], field.get("unit", "")]
 
     dspec = spec["data"]["properties"]
     data_rows = [[k, _num(v, ".4g") if isinstance(v, float) else v, *what(dspec.get(k, {}))] for k, v in d.items()]
-    data_rows += [[k, _num(ws.get(k), ".1f"), *what(spec[k])] for k in ("data_s", "train_s", "wall_clock_s") if k in ws]
+    data_rows += [[k, with_unit(ws.get(k), "s"), *what(spec[k])] for k in ("data_s", "train_s", "wall_clock_s") if k in ws]
     settings = {k: v for k, v in (ws.get("settings") or {}).items() if k != "task_ids"}
     ids = (ws.get("settings") or {}).get("task_ids") or []
     steps = [s for s in ws.get("steps") or [] if isinstance(s, dict)]
@@ -180,8 +184,9 @@ def _eval_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
            'test; the interval resamples tasks (task-level percentile bootstrap). hidden_pass_fraction: '
            + _esc(stat_description("hidden_pass_fraction")[0]) + ".</p>"]
     if data.get("paired"):
-        out.append(_table(["paired difference", "after - before [interval]"],
-                          [[f"{p['after']} - {p['before']}", _iv(p.get("diff"), True)] for p in data["paired"]]))
+        out.append(_table(["paired difference", "after - before [interval]", "verdict"],
+                          [[f"{p['after']} - {p['before']}", _iv(p.get("diff"), True), verdict(p.get("diff")).text]
+                           for p in data["paired"]]))
     ev = _evals(data)
     first, last = evs[0], ev.get("after", evs[-1])
     fams = sorted(set(first.get("per_family") or {}) | set(last.get("per_family") or {}))
@@ -220,7 +225,7 @@ def _training_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
                  '<p class="muted">No entropy curve: the trainer logged no entropy.</p>')
     last = steps[-1]
     keys = [k for k in STEP_METRICS if k in last] + sorted(k for k in last if k.startswith("tools/") and k not in STEP_METRICS)
-    rows = [[k, _num(last[k], ".4g"), *stat_description(k)] for k in keys if k in dedupe_stats(last)]
+    rows = [[k, with_unit(last[k], stat_description(k)[1]), *stat_description(k)] for k in keys if k in dedupe_stats(last)]
     return (f'<section id="training"><h2>Training</h2><div class="figs">{figs}</div>'
             f"<details><summary>last step ({last['step']}) metrics</summary>"
             + _table(["metric", "value", "what it is", "unit"], rows) + "</details></section>")
@@ -240,6 +245,12 @@ def _tools_section(data: dict[str, Any], imgs: dict[str, str]) -> str:
             + _table(["statistic", *labels, "what it is", "unit"], rows) + "</section>")
 
 
+def _limit(name: str, value: Any) -> Any:
+    """A sandbox limit in human units by its name's suffix (`memory_bytes` -> GB, `timeout_s` -> s or min:s)."""
+    unit = "bytes" if name.endswith("_bytes") else "s" if name.endswith("_s") else ""
+    return with_unit(value, unit) if unit and isinstance(value, (int, float)) else value
+
+
 def _config_section(data: dict[str, Any]) -> str:
     cfg = data.get("config") or {}
     sandbox = data.get("sandbox") or {}
@@ -252,7 +263,7 @@ def _config_section(data: dict[str, Any]) -> str:
             + "</div><div><h3>Versions</h3>"
             + _table(["package", "version"], [[k, v] for k, v in sorted((data.get("versions") or {}).items())], False)
             + f"<h3>Sandbox</h3><p>backend <b>{_esc(sandbox.get('backend', '?'))}</b></p>"
-            + _table(["limit", "value"], [[k, v] for k, v in sorted(limits.items())])
+            + _table(["limit", "value"], [[k, _limit(k, v)] for k, v in sorted(limits.items())])
             + ("<h3>Noise analysis</h3>" + _table(["series", "step noise", "rise", "rise stderr", "t", "n"], noise_rows)
                if noise_rows else "")
             + f"<p class='muted'>created {_esc(data.get('created'))}, updated {_esc(data.get('updated'))}, "

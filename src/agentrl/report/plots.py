@@ -1,7 +1,9 @@
 """PNG plots of a results file (matplotlib, Agg backend). Not the summary table, the HTML page or the file.
 
-Every figure has a title, axis labels with units, and integer step ticks. `plot_results` draws them all
-into one folder (`<out>/plots/`, for `agentrl train` and `agentrl report` alike).
+Every figure has a title, axis labels with units (words, not snake_case), and integer step ticks; a step
+without a value (a skipped update, a missing metric) is a gap in the line, never a straight segment across
+it. Figures are PAGE_WIDTH_IN wide, so the HTML report shows them at the page's width without blur.
+`plot_results` draws them all into one folder (`<out>/plots/`, for `agentrl train` and `agentrl report` alike).
 """
 
 from __future__ import annotations
@@ -12,9 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentrl.report.readable import label as readable_label
 from agentrl.report.schema import dedupe_stats, stat_description
 
 BEFORE_COLOR, AFTER_COLOR = "#8c8c8c", "#1f77b4"
+PAGE_WIDTH_IN, DPI = 12.0, 110  # 1,320 px: the report's content width (agentrl.report.html)
+SKIPPED_COLOR = "#e5e7eb"
+# an evaluation's label as a legend entry
+EVAL_WORDS = {"before": "before training", "after": "after training", "eval": "evaluation"}
 
 
 def _plt() -> Any:
@@ -35,6 +42,36 @@ def _series(steps: list[dict[str, Any]], key: str) -> tuple[list[int], list[floa
     """(steps, values) of `key`, skipping steps where it is absent, None, NaN or inf."""
     pts = [(s["step"], float(s[key])) for s in steps if _finite(s.get("step")) and _finite(s.get(key))]
     return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def gapped_series(steps: list[dict[str, Any]], key: str, *, skip: Any = None) -> tuple[list[int], list[float]]:
+    """(steps, values) of `key` over every step, NaN where the value is absent, None, NaN or inf, or where
+    `skip(step_record)` is true, so matplotlib breaks the line there instead of drawing across the gap.
+    ([], []) when no step has a value."""
+    x, y = [], []
+    for s in steps:
+        if not _finite(s.get("step")):
+            continue
+        ok = _finite(s.get(key)) and not (skip is not None and skip(s))
+        x.append(s["step"])
+        y.append(float(s[key]) if ok else math.nan)
+    return (x, y) if any(math.isfinite(v) for v in y) else ([], [])
+
+
+def _skipped_update(step: dict[str, Any]) -> bool:
+    """The step's update trained no token (every group had zero reward spread): its loss, gradient norm and
+    entropy are 0 by construction, not measurements."""
+    return step.get("tokens_trained") == 0
+
+
+def _shade_skipped(ax: Any, steps: list[dict[str, Any]]) -> None:
+    """Grey bands over the steps whose update was skipped (the first one labelled, for a legend)."""
+    first = True
+    for s in steps:
+        if _skipped_update(s) and _finite(s.get("step")):
+            ax.axvspan(s["step"] - 0.5, s["step"] + 0.5, color=SKIPPED_COLOR, zorder=0,
+                       label="update skipped (no reward spread)" if first else None)
+            first = False
 
 
 def _first_series(steps: list[dict[str, Any]], *keys: str) -> tuple[list[int], list[float]]:
@@ -66,7 +103,7 @@ def _style(ax: Any, *, title: str, xlabel: str, ylabel: str, int_x: bool = True,
 def _save(fig: Any, path: Path, title: str) -> Path:
     fig.suptitle(title, fontsize=12, fontweight="bold")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return path
 
@@ -87,29 +124,31 @@ def plot_train_reward(results: dict[str, Any], path: Path) -> Path | None:
     spread. (Episodes of one group share a prompt, so both bands are somewhat narrower than a
     prompt-level interval would be.)"""
     steps = results.get("steps") or []
-    x, y = _series(steps, "reward_mean")
+    x, y = gapped_series(steps, "reward_mean")
     if not x:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(PAGE_WIDTH_IN, 3.6))
     ax = axes[0]
     ax.plot(x, y, marker="o", color=AFTER_COLOR, label="mean")
     n = {s["step"]: s.get("rollout/episodes") for s in steps}
-    xs, sd = _series(steps, "reward_std")
+    xs, sd = gapped_series(steps, "reward_std")
     if xs == x and all(_finite(n.get(s)) and n[s] > 0 for s in x):
-        half = [1.96 * d / math.sqrt(n[s]) for s, d in zip(x, sd, strict=True)]
-        ax.fill_between(x, [max(0.0, m - h) for m, h in zip(y, half, strict=True)],
-                        [min(1.0, m + h) for m, h in zip(y, half, strict=True)], alpha=0.2, color=AFTER_COLOR,
+        half = [1.96 * d / math.sqrt(n[s]) for s, d in zip(x, sd, strict=True)]  # NaN where either is missing
+        ax.fill_between(x, [max(0.0, m - h) if math.isfinite(m - h) else math.nan for m, h in zip(y, half, strict=True)],
+                        [min(1.0, m + h) if math.isfinite(m + h) else math.nan for m, h in zip(y, half, strict=True)],
+                        alpha=0.2, color=AFTER_COLOR,
                         label="95% interval of the mean")
     ax.legend(fontsize=8)
     _style(ax, title="mean reward of the step's episodes", xlabel="training step", ylabel="reward (0-1)")
     ax.set_ylim(-0.02, 1.02)
     ax = axes[1]
-    xp, yp = _series(steps, "pass_rate")
+    xp, yp = gapped_series(steps, "pass_rate")
     if xp:
         ax.plot(xp, yp, marker="o", color="#2ca02c", label="pass rate")
         if all(_finite(n.get(s)) for s in xp):
-            band = [wilson(p * n[s], n[s]) for s, p in zip(xp, yp, strict=True)]
+            band = [wilson(p * n[s], n[s]) if math.isfinite(p) else (math.nan, math.nan)
+                    for s, p in zip(xp, yp, strict=True)]
             ax.fill_between(xp, [b[0] for b in band], [b[1] for b in band], alpha=0.2, color="#2ca02c",
                             label="95% Wilson interval")
         ax.legend(fontsize=8)
@@ -139,7 +178,7 @@ def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
     if not evs:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH_IN, 4.2))
     x = [e["step"] for e in evs]
     mean = [e["pass_at_1"]["mean"] for e in evs]
     ivs = [e["pass_at_1"] for e in evs]
@@ -181,17 +220,22 @@ def _band_label(alpha: Any) -> str:
 
 
 def plot_entropy(results: dict[str, Any], path: Path) -> Path | None:
-    """The trainer's own policy entropy on trained tokens, per step, on an axis starting at 0 (no offset).
-    None when no step trained a token (every update skipped)."""
-    x, y = _series(results.get("steps") or [], "entropy")
+    """The trainer's own policy entropy on trained tokens, per step, on an axis starting at 0 (no offset); a
+    step whose update was skipped is a gap (shaded). None when no step trained a token (every update skipped)."""
+    steps = results.get("steps") or []
+    x, y = gapped_series(steps, "entropy", skip=_skipped_update)
     if not x:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot(x, y, marker="o", color="#9467bd")
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH_IN, 3.4))
+    _shade_skipped(ax, steps)
+    ax.plot(x, y, marker="o", color="#9467bd", label="entropy")
     _style(ax, title="mean over trained policy tokens (trainer logits)", xlabel="training step",
            ylabel="entropy (nats / token)")
-    ax.set_ylim(0, max(y) * 1.15 if max(y) > 0 else 1.0)
+    top = max(v for v in y if math.isfinite(v))
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    if any(_skipped_update(s) for s in steps):
+        ax.legend(fontsize=8, loc="lower left")
     return _save(fig, path, "policy entropy")
 
 
@@ -202,19 +246,21 @@ _UPDATE_PANELS = (("loss", "policy loss", "loss (token mean)"), ("grad_norm", "g
 
 def plot_update(results: dict[str, Any], path: Path) -> Path | None:
     """Small multiples of the update's health: loss, gradient norm, clip fraction, sampler-trainer KL
-    (only the panels with data; steps whose update trained no token are left out; None when no update ran)."""
+    (only the panels with data; a step whose update trained no token is a gap, shaded; None when no update ran)."""
     # a skipped update (no token trained) has loss 0 and gradient norm 0 by construction: not a point
-    steps = [s for s in results.get("steps") or [] if s.get("tokens_trained") != 0]
-    panels = [(k, t, u, *_series(steps, k)) for k, t, u in _UPDATE_PANELS]
+    steps = results.get("steps") or []
+    panels = [(k, t, u, *gapped_series(steps, k, skip=_skipped_update)) for k, t, u in _UPDATE_PANELS]
     panels = [p for p in panels if p[3]]
     if not panels:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(PAGE_WIDTH_IN, 3.4), squeeze=False)
     for ax, (_key, title, unit, x, y) in zip(axes[0], panels, strict=True):
+        _shade_skipped(ax, steps)
         ax.plot(x, y, marker="o", color="#ff7f0e")
         _style(ax, title=title, xlabel="training step", ylabel=unit)
-    return _save(fig, path, "update")
+    skipped = any(_skipped_update(s) for s in steps)
+    return _save(fig, path, "update" + (" (grey: update skipped, no reward spread)" if skipped else ""))
 
 
 _KINDS = (("counts", "count", "per episode (mean)"), ("fractions", "1", "fraction (0-1)"),
@@ -245,19 +291,21 @@ def plot_tool_stats(results: dict[str, Any], path: Path, before: str = "before",
         return None
     plt = _plt()
     heights = [max(1.6, 0.42 * len(m) + 1.0) for _, _, m in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, sum(heights)), squeeze=False,
+    fig, axes = plt.subplots(len(panels), 1, figsize=(PAGE_WIDTH_IN, sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, (title, label, names) in zip(axes[:, 0], panels, strict=True):
         idx = list(range(len(names)))
         for shift, values, color, lab in ((-0.2, b, BEFORE_COLOR, before), (0.2, a, AFTER_COLOR, after)):
             bars = ax.barh([i + shift for i in idx], [values.get(k, 0.0) for k in names], height=0.4, color=color,
-                           label=lab)
+                           label=EVAL_WORDS.get(lab, lab))
             ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
         ax.margins(x=0.12)
-        ax.set_yticks(idx, names, fontsize=8)
+        ax.set_yticks(idx, [readable_label(k) for k in names], fontsize=8)
         ax.invert_yaxis()
         _style(ax, title=title, xlabel=label, ylabel="", int_x=False, values_on="x")
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="upper right", ncol=2, fontsize=8)
+
+    # attached to the first panel, just above its top right corner (beside its title, over no bar)
+    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
     return _save(fig, path, "tool statistics, held-out tasks")
 
 
@@ -273,7 +321,7 @@ def plot_warm_start(results: dict[str, Any], path: Path) -> Path | None:
     if not x:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH_IN, 3.6))
     ax.plot(x, y, marker="o", markersize=3, color="#2ca02c", label="step loss (its batch)")
     for key, color, label in (("nll_before", BEFORE_COLOR, "NLL before (all episodes)"),
                               ("nll_after", AFTER_COLOR, "NLL after (all episodes)")):

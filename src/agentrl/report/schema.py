@@ -211,7 +211,7 @@ _PAIRED = _d({"type": "object", "required": ["before", "after", "diff"], "proper
 }}, "a paired difference of two evaluations", "object")
 
 _TRANSCRIPT = _d({"type": "object", "required": ["kind", "task_id", "text"], "properties": {
-    "kind": _d({"type": "string"}, "heldout_before | heldout_after | train_step0", "text"),
+    "kind": _d({"type": "string"}, "heldout_before | heldout_after | heldout_eval (agentrl eval) | train_step0", "text"),
     "task_id": _d({"type": "string"}, "the episode's task id", "text"),
     "text": _d({"type": "string"}, "the whole episode rendered as text (system, user, turns, tool results, end)",
                "text"),

@@ -77,13 +77,19 @@ def _episode(rec: dict[str, Any] | None, side: str) -> str:
     return "".join(parts)
 
 
+# the held-out transcript kinds, in the order of their columns, and each column's title
+HELDOUT_SIDES: tuple[tuple[str, str], ...] = (
+    ("heldout_before", "before training"), ("heldout_after", "after training"), ("heldout_eval", "evaluation"))
+
+
 def transcript_browser(transcripts: list[dict[str, Any]]) -> str:
-    """The held-out tasks' before/after episodes side by side, one panel per task, chosen from a list
-    (all panels are in the DOM; the inline script only shows one at a time); training episodes of
-    step 0 below."""
-    before = {t["task_id"]: t for t in transcripts if t.get("kind") == "heldout_before"}
-    after = {t["task_id"]: t for t in transcripts if t.get("kind") == "heldout_after"}
-    ids = sorted(set(before) | set(after))
+    """The held-out tasks' episodes side by side (before and after training; `agentrl eval`'s one column),
+    one panel per task, chosen from a list (all panels are in the DOM; the inline script only shows one at a
+    time); training episodes of step 0 below."""
+    by_kind = {k: {t["task_id"]: t for t in transcripts if t.get("kind") == k} for k, _ in HELDOUT_SIDES}
+    sides = [(k, title) for k, title in HELDOUT_SIDES if by_kind[k]]
+    before, after = by_kind["heldout_before"], by_kind["heldout_after"]
+    ids = sorted({i for k, _ in sides for i in by_kind[k]})
     if not ids and not transcripts:
         return '<p class="muted">No transcripts in this results file.</p>'
     opts = []
@@ -92,13 +98,15 @@ def transcript_browser(transcripts: list[dict[str, Any]]) -> str:
         mark = "" if b is None or a is None else (" ▲" if a > b else " ▼" if a < b else "")
         opts.append(f'<option value="{_esc(i)}">{_esc(i)}{mark}</option>')
     panels = [f'<div class="task-panel" data-task="{_esc(i)}"><h3>{_esc(i)}</h3><div class="sidebyside">'
-              f'{_episode(before.get(i), "before training")}{_episode(after.get(i), "after training")}</div></div>'
+              + "".join(_episode(by_kind[k].get(i), title) for k, title in sides) + "</div></div>"
               for i in ids]
-    train = [t for t in transcripts if not str(t.get("kind", "")).startswith("heldout_")]
+    known = {k for k, _ in HELDOUT_SIDES}
+    train = [t for t in transcripts if t.get("kind") not in known]
     extra = "".join(f'<details class="train-ep"><summary>{_esc(t.get("kind"))}: {_esc(t.get("task_id"))}</summary>'
                     f'{_episode(t, "episode")}</details>' for t in train)
+    legend = "▲ reward rose, ▼ fell; " if before and after else ""
     picker = (f'<label>held-out task <select id="task-pick">{"".join(opts)}</select></label>'
-              ' <span class="muted">(▲ reward rose, ▼ fell; one episode per task each side)</span>') if ids else ""
+              f' <span class="muted">({legend}one episode per task in each column)</span>') if ids else ""
     return (picker + "".join(panels) + (f"<h3>Training episodes</h3>{extra}" if extra else "")
             + "<script>" + _PICK_JS + "</script>")
 

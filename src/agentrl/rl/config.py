@@ -49,9 +49,10 @@ class RLConfig:
     """
 
     # -- what to train on
-    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny Qwen3), or a "
-                                  "fetched model: 'smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct', "
-                                  "'qwen2.5-coder-1.5b-instruct' (`agentrl assets fetch NAME`).")
+    model: str = _f("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny Qwen3), "
+                                  "'demo-qwen3' (the same with the demo's trimmed vocabulary), or a fetched model: "
+                                  "'smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct', 'qwen2.5-coder-1.5b-instruct' "
+                                  "(`agentrl assets fetch NAME`).")
     env: str = _f("coding-tools", _env_help())
     tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
@@ -156,6 +157,9 @@ class RLConfig:
                     dtype_arg)
     gradient_checkpointing: bool = _f(False, "Recompute trunk activations in backward (saves memory, costs time).")
     device: str = _f("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
+    cpu_threads: int = _f(0, "Torch intra-op threads on CPU (0: torch's default, one per core). --preset demo "
+                             "uses 1: its tiny matrices gain nothing from a second thread, and on a shared "
+                             "machine two threads per process oversubscribe the cores (4-18x slower at load 5).")
     tokenizer: str = _f("", "Tokenizer path if it is not beside the model (empty = the model's own).")
     chat_template: str = _f("", "Chat template replacing the model's own, for templates without tool support: a "
                                 "bundled name (chatml-tools) or a .jinja path (empty = the model's own). Saved "
@@ -163,8 +167,9 @@ class RLConfig:
     allow_download: bool = _f(False, "Let transformers download a missing model from the HF hub (default: local only).")
     # -- schedule, evaluation, output
     preset: str = _f("", "Named preset whose values replace the defaults of every flag not given: '' (none) | "
-                         "demo (tiny-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
-                         "agentrl.rl.config.PRESETS). `agentrl train` with no flags runs --preset demo.")
+                         "demo (demo-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
+                         "agentrl.rl.config.PRESETS). `agentrl train` with no flags (or only --seed, --out, "
+                         "--resume) runs --preset demo.")
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
     max_train_s: float = _f(0.0, "Wall-clock budget in seconds for the training steps (0 = none): no new step "
                             "starts once it has passed; the evaluation after, the paired difference and the "
@@ -196,7 +201,7 @@ class RLConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
         for name in ("steps", "eval_every", "checkpoint_every", "max_edits", "train_size", "eval_size",
-                     "keep_checkpoints", "max_observation_chars", "lora_r", "micro_tokens"):
+                     "keep_checkpoints", "max_observation_chars", "lora_r", "micro_tokens", "cpu_threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         self._validate_names()
@@ -330,17 +335,18 @@ class RLConfig:
 
 # Named presets: RLConfig field values replacing the defaults (agentrl train --preset NAME; flags given on
 # the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
-# Qwen3 learns the tool-call format from scripted experts that pick the edit at random (SFT), then GRPO
-# learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
-# paired task-level interval. Sized for 2 CPU cores (README "Set up and run" has the arithmetic).
+# Qwen3 with the demo's trimmed vocabulary (demo-qwen3: a 1,644-wide softmax, docs/design.md "The demo's
+# vocabulary") learns the tool-call format from scripted experts that pick the edit at random (SFT), then
+# GRPO learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
+# paired task-level interval. Sized for 2 CPU cores: about 200 CPU-s (results/README.md, "The main job").
 # Temperature 0.7, not the write-up's 1.0: at 1.0 it learned about half as much (docs/design.md).
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
-        "model": "tiny-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
+        "model": "demo-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
         "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
         "warm_start_batch": 4, "temperature": 0.7,
-        "steps": 8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
-        "micro": 8, "gen_batch": 32, "eval_size": 12, "eval_n": 4,
+        "steps": 20, "prompts_per_step": 8, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
+        "micro": 8, "gen_batch": 32, "eval_size": 24, "eval_n": 4, "cpu_threads": 1,
     },
 }
 

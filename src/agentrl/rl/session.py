@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from agentrl.models.device import resolve_device
 from agentrl.models.lora import merged_copy
 from agentrl.report.log import progress
 from agentrl.report.trackers import open_tracker
@@ -178,7 +179,7 @@ class RunSession:
         """
         plan = plan_run(cfg, scaled=scaled)
         plan.out.parent.mkdir(parents=True, exist_ok=True)
-        with exclusive(plan.out), sigterm_interrupts():
+        with exclusive(plan.out), sigterm_interrupts(), torch_cpu_threads(cfg):
             with cls._started(plan, sampler, make_sandbox or default_sandbox) as sess:
                 yield sess
 
@@ -225,6 +226,21 @@ class RunSession:
             self.registered_sampler = True
         self.sampler = sampler
         bind_sampler(sampler, self.model, self.tokenizer)
+
+
+@contextlib.contextmanager
+def torch_cpu_threads(cfg: RLConfig) -> Iterator[None]:
+    """torch's intra-op threads = cfg.cpu_threads while the run is open, on a CPU run (0: unchanged); the
+    previous count is restored on exit (a run inside a longer process leaves it as it found it)."""
+    if not cfg.cpu_threads or not str(resolve_device(cfg.device)).startswith("cpu"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.cpu_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def default_sandbox(cfg: RLConfig) -> Any:

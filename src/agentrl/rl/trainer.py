@@ -167,12 +167,13 @@ def bootstrap_config(cfg: RLConfig) -> BootstrapConfig:
 
 
 def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
-    """Evaluate the fixed held-out set (eval_n episodes per task) and record it in the results file."""
+    """Evaluate the fixed held-out set (eval_n episodes per task) and record it in the results file, with one
+    transcript per task (kind `heldout_<label>`) for the "before", "after" and `agentrl eval`'s "eval"."""
     cfg = sess.cfg
     rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}",
                                            policy_version=step),
                    sess.tasks.heldout, cfg.eval_n, bootstrap_config(cfg))
-    if label in ("before", "after"):
+    if label in ("before", "after", "eval"):
         for tid, text in rep.transcripts.items():
             ep = rep.episodes.get(tid, {})
             sess.results.add_transcript(f"heldout_{label}", tid, text, step=step, reward=ep.get("reward"),
