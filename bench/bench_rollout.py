@@ -7,6 +7,8 @@ one after the other, per batch size; tokens/s = batch * steps / wall seconds inc
 column subtracts a 1-token (prefill) run of the same sampler. Bandwidth bound per decode step: all weight
 bytes + the KV-cache bytes of every row's context so far, at --bw-tbs TB/s (4.3 = the copy bandwidth
 measured on the H200). A configuration that runs out of memory prints OOM and the next one runs.
+--decode-attention matmul sdpa gives one row per batch and FastSampler decode_attention (the sampler's fused
+GQA attention against today's matmuls, in one run); the `attn` column says which.
 
     PYTHONPATH=src python bench/bench_rollout.py --device cuda [--config PATH] [--batches 64 128 256]
     PYTHONPATH=src python bench/bench_rollout.py --device cpu --tiny --batches 4 --ctx 64 --steps 8   # smoke
@@ -15,12 +17,15 @@ measured on the H200). A configuration that runs out of memory prints OOM and th
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
 import traceback
+import warnings
 
 import torch
+import torch.nn.functional as F
 from _common import (
     Table,
     device_meta,
@@ -36,7 +41,7 @@ from _common import (
 from transformers import GenerationConfig
 
 from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
-from agentrl.rollout.fast_sampler import FastSampler
+from agentrl.rollout.fast_sampler import DECODE_ATTENTION, FastSampler
 from agentrl.rollout.hf_sampler import SamplingConfig
 
 
@@ -78,11 +83,27 @@ def bound_tokens_per_s(model, contexts, steps: int, bw_bytes_per_s: float) -> fl
     return len(contexts) * steps / seconds
 
 
-def check_logprobs(model, device: str, pad_id: int) -> str:
+def greedy_agreement(a: list, b: list) -> tuple[bool, int, int]:
+    """Two greedy (top_k=1) runs' Samples, row by row -> (tokens equal up to each row's first tie, tied steps,
+    tokens compared). A tie: the top logit shared by several tokens, which top_k=1 keeps all of (HF's
+    TopKLogitsWarper keeps every score >= the k-th), so the step samples uniformly among them (recorded
+    log-prob log(1/m) < 0) and two runs may rightly differ there and after; a bf16 head makes ties common."""
+    same, ties, compared = True, 0, 0
+    for x, y in zip(a, b, strict=True):
+        tied = [j for j, lp in enumerate(x.logprobs) if lp < 0] + [j for j, lp in enumerate(y.logprobs) if lp < 0]
+        ties += len(set(tied))
+        end = min(tied, default=max(len(x.ids), len(y.ids)))
+        same &= tuple(x.ids[:end]) == tuple(y.ids[:end])
+        compared += end
+    return same, ties, compared
+
+
+def check_logprobs(model, device: str, pad_id: int, decode_attention: str = "matmul") -> str:
     """Diagnostic on 8 rows x 24 tokens with CUDA graphs from the first step: ours vs a plain forward
-    (mean/max |d logp|), and greedy (top_k=1) tokens with graphs vs without (must be identical)."""
+    (mean/max |d logp|), and greedy (top_k=1) tokens with graphs vs without (identical up to each row's first
+    tied top logit, see greedy_agreement; the bare comparison is also printed)."""
     ctxs = make_contexts(8, 48, model.config.vocab_size, seed=7)
-    kw = dict(stop_ids=(), pad_id=pad_id, check_every=5, min_graph_steps=1)
+    kw = dict(stop_ids=(), pad_id=pad_id, check_every=5, min_graph_steps=1, decode_attention=decode_attention)
     samples = FastSampler(model, cfg=SamplingConfig(max_new_tokens=24), **kw)(ctxs)
     diffs = []
     for c, s in zip(ctxs, samples, strict=True):
@@ -94,18 +115,54 @@ def check_logprobs(model, device: str, pad_id: int) -> str:
     greedy = SamplingConfig(max_new_tokens=24, top_k=1)
     graphs = FastSampler(model, cfg=greedy, **kw)(ctxs, list(range(3, 27, 3)))
     eager = FastSampler(model, cfg=greedy, use_cuda_graphs=False, **kw)(ctxs, list(range(3, 27, 3)))
-    same = [g.ids for g in graphs] == [e.ids for e in eager]
-    return (f"check: ours vs plain forward log-probs over {d.numel()} tokens: mean |d| {d.mean():.2e}, "
-            f"max {d.max():.2e}; greedy tokens with graphs == without: {same}")
+    same, ties, compared = greedy_agreement(graphs, eager)
+    bare = [g.ids for g in graphs] == [e.ids for e in eager]
+    return (f"check [{decode_attention}]: ours vs plain forward log-probs over {d.numel()} tokens: mean |d| "
+            f"{d.mean():.2e}, max {d.max():.2e}; greedy tokens with graphs == without up to the first tie: {same} "
+            f"({compared} tokens compared, {ties} tied steps; all tokens: {bare})")
 
 
-def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False) -> tuple[float, float]:
+def sdpa_backends(model, device: str, batch: int = 64, length: int = 1152) -> str:
+    """Which SDPA backends accept the decode calls of decode_attention "sdpa" (q [b, kv, g, D], additive key
+    mask) and "sdpa_gqa" (q [b, heads, 1, D], enable_gqa=True), each tried alone at the model's shapes and
+    dtype (a backend that cannot take the call raises); the dispatcher picks among those that accept."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    c = model.config
+    nh, nkv = c.num_attention_heads, c.num_key_value_heads
+    d = getattr(c, "head_dim", c.hidden_size // nh)
+    z = dict(device=device, dtype=next(model.parameters()).dtype)
+    k, v = torch.randn(batch, nkv, length, d, **z), torch.randn(batch, nkv, length, d, **z)
+    mask = torch.zeros(batch, 1, 1, length, **z)
+    mask[:, :, :, : length // 8] = float("-inf")  # left padding
+    calls = {"sdpa": lambda: F.scaled_dot_product_attention(torch.randn(batch, nkv, nh // nkv, d, **z), k, v,
+                                                             attn_mask=mask),
+             "sdpa_gqa": lambda: F.scaled_dot_product_attention(torch.randn(batch, nh, 1, d, **z), k, v,
+                                                                 attn_mask=mask, enable_gqa=True)}
+    out = []
+    for name, call in calls.items():
+        ok = []
+        for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                   SDPBackend.MATH):
+            try:
+                with sdpa_kernel([be]), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    call()
+                ok.append(be.name)
+            except RuntimeError:
+                pass
+        out.append(f"{name}: {', '.join(ok) or 'none'}")
+    return f"SDPA backends accepting the decode call (batch {batch}, {length} keys): " + "; ".join(out)
+
+
+def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False,
+             decode_attention: str = "matmul") -> tuple[float, float]:
     """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run).
 
     keep_kv off by default: a kept row's KV is cloned out of the static cache when it finishes (the multi-turn
     reuse bench_reuse.py measures), a copy of every row's whole context per call that is not decoding."""
     fs = FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps),
-                     max_batch=len(contexts), keep_kv=keep_kv)
+                     max_batch=len(contexts), keep_kv=keep_kv, decode_attention=decode_attention)
     budgets = [steps] * len(contexts)
     fs(contexts, budgets)  # warm-up: allocates the cache, captures the graphs
     times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
@@ -122,26 +179,31 @@ def run_hf(model, contexts, steps, pad_id, device: str) -> tuple[float, float]:
     return total, prefill_s
 
 
-COLUMNS = [("batch", "d"), ("ctx", "d"), ("steps", "d"), ("hf_tok_s", ".0f"), ("ours_tok_s", ".0f"),
+COLUMNS = [("batch", "d"), ("attn", ""), ("ctx", "d"), ("steps", "d"), ("hf_tok_s", ".0f"), ("ours_tok_s", ".0f"),
            ("ratio", ".2f"), ("hf_dec_tok_s", ".0f"), ("ours_dec_tok_s", ".0f"), ("dec_ratio", ".2f"),
            ("bound_tok_s", ".0f"), ("frac_bound", ".3f"), ("ours_peak_gib", ".1f"), ("hf_peak_gib", ".1f")]
 
 
-def one_batch(model, args, batch: int, table: Table) -> None:
+def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", hf: dict | None = None) -> dict:
+    """One table row (returned): ours with `attention` at `batch`, and plain generate on the same contexts,
+    or its figures taken from `hf` (the batch's earlier row) when given."""
     pad_id = 0
     ctxs = make_contexts(batch, args.ctx, model.config.vocab_size, seed=batch)
     n_tok = batch * args.steps
-    row = {"batch": batch, "ctx": args.ctx, "steps": args.steps}
+    row = {"batch": batch, "attn": attention, "ctx": args.ctx, "steps": args.steps}
     free(args.device)
     try:
-        ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device, args.keep_kv)
+        ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device, args.keep_kv,
+                                    attention)
         row.update(ours_tok_s=n_tok / ours_s, ours_dec_tok_s=batch * (args.steps - 1) / max(ours_s - ours_pre, 1e-9),
                    ours_peak_gib=peak_gib(args.device))
     except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
         row["ours_tok_s"] = "OOM" if is_oom(e) else "ERR"
         traceback.print_exc()
     free(args.device)
-    if not args.skip_hf and (args.hf_batches is None or batch in args.hf_batches):
+    if hf is not None:
+        row.update({k: v for k, v in hf.items() if k in ("hf_tok_s", "hf_dec_tok_s", "hf_peak_gib")})
+    elif not args.skip_hf and (args.hf_batches is None or batch in args.hf_batches):
         try:
             hf_s, hf_pre = run_hf(model, ctxs, args.steps, pad_id, args.device)
             row.update(hf_tok_s=n_tok / hf_s, hf_dec_tok_s=batch * (args.steps - 1) / max(hf_s - hf_pre, 1e-9),
@@ -158,7 +220,10 @@ def one_batch(model, args, batch: int, table: Table) -> None:
         if isinstance(row.get(a), float) and isinstance(row.get(b), float):
             row[k] = row[a] / row[b]
     table.add(**row)
+    return row
 
+
+TF32_ENV = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")  # turn TF32 GEMMs on behind torch's back
 
 TARGETS = (  # issue 15 target 1: (batch, column, figure, op, threshold)
     (64, "frac_bound", "decode-only fraction of the bandwidth bound at batch 64", ">=", 0.5),
@@ -168,9 +233,15 @@ TARGETS = (  # issue 15 target 1: (batch, column, figure, op, threshold)
 
 
 def targets(rows: list[dict]) -> list[dict]:
-    """Issue 15 target 1's three ratios from the table's rows ('missing' for a batch not measured)."""
-    by_batch = {r["batch"]: r for r in rows}
-    return [target("1", fig, by_batch.get(b, {}).get(col), op, thr) for b, col, fig, op, thr in TARGETS]
+    """Issue 15 target 1's three ratios from the table's rows ('missing' for a batch not measured), once per
+    decode attention in the rows (rows without `attn`, written before it existed, are "matmul"); figures of
+    an attention other than matmul say which."""
+    out = []
+    for att in dict.fromkeys(r.get("attn", "matmul") for r in rows) or ["matmul"]:
+        by_batch = {r["batch"]: r for r in rows if r.get("attn", "matmul") == att}
+        tag = "" if att == "matmul" else f" (decode_attention={att})"
+        out += [target("1", fig + tag, by_batch.get(b, {}).get(col), op, thr) for b, col, fig, op, thr in TARGETS]
+    return out
 
 
 def main() -> int:
@@ -189,6 +260,9 @@ def main() -> int:
                    help="FastSampler keep_kv on (clones each finished row's KV for a next turn; off: decoding only)")
     p.add_argument("--hf-batches", dest="hf_batches", type=int, nargs="+", default=None,
                    help="batches at which plain generate also runs (default: every batch; issue 15's ratio is at 128)")
+    p.add_argument("--decode-attention", dest="decode_attention", nargs="+", choices=DECODE_ATTENTION,
+                   default=["matmul"], help="FastSampler decode_attention values, one row each per batch "
+                   "(plain generate runs once per batch, beside the first)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
     args = p.parse_args()
     if args.steps < 2:
@@ -196,16 +270,29 @@ def main() -> int:
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     meta = device_meta(args.device) | {"dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
                                       "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
-                                      "keep_kv": args.keep_kv}
+                                      "keep_kv": args.keep_kv,
+                                      "decode_attention": "/".join(args.decode_attention),
+                                      # fp32 agreement needs full-fp32 GEMMs: what this process would use
+                                      "fp32_matmul_precision": torch.get_float32_matmul_precision(),
+                                      "tf32_env": ",".join(f"{k}={os.environ[k]}" for k in TF32_ENV
+                                                           if k in os.environ) or "none"}
     table = Table("bench_rollout", COLUMNS, meta)
-    if not args.no_check:
+    if any(a != "matmul" for a in args.decode_attention):
         try:
-            table.note(check_logprobs(model, args.device, 0))
+            table.note(sdpa_backends(model, args.device))
+        except Exception as e:  # noqa: BLE001 - a diagnostic
+            table.note(f"SDPA backend probe failed: {type(e).__name__}: {e}")
+    for att in args.decode_attention if not args.no_check else ():
+        try:
+            table.note(check_logprobs(model, args.device, 0, att))
         except Exception as e:  # noqa: BLE001
-            table.note(f"check failed: {type(e).__name__}: {e}")
+            table.note(f"check [{att}] failed: {type(e).__name__}: {e}")
             traceback.print_exc()
     for batch in args.batches:
-        one_batch(model, args, batch, table)
+        first = None
+        for att in args.decode_attention:  # plain generate once per batch, its figures in every row of it
+            row = one_batch(model, args, batch, table, att, hf=first)
+            first = first or row
     for t in targets(table.rows):
         table.note(target_text(t))
     table.note("tok_s: batch*steps / wall s incl. prefill; dec_tok_s: decode only (minus a 1-token run); "

@@ -24,7 +24,9 @@
 # DEADLINE_S (default 510, see above), PARTS (e.g. "update step": only those parts, the others' files in OUT_DIR
 # are left as they are and the summary reads them all), EXTRA_LIMIT_S (seconds added to every part's own limit,
 # e.g. with PARTS; the deadline still applies), SMOKE=1 (the same parts on the CPU with --tiny and small sizes, no
-# deadline: checks the script, measures nothing; ~6 minutes on 2 shared cores).
+# deadline: checks the script, measures nothing; ~6 minutes on 2 shared cores), DECODE_ATTENTION (FastSampler
+# decode_attention values for the rollout part, one row each per batch, e.g. "matmul sdpa"; default "matmul";
+# each value adds about the part's time again, so raise EXTRA_LIMIT_S or run with PARTS=rollout).
 set -uo pipefail
 START=$(date +%s)
 DEADLINE=$((START + ${DEADLINE_S:-510}))  # parts end by DEADLINE - 15 s; the summary follows
@@ -73,7 +75,8 @@ part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py on cuda, its table
 }
 if [ -n "${SMOKE:-}" ]; then
   DEVICE_ARGS=(--device cpu --tiny)
-  part rollout 300 bench_rollout --batches 3 5 --hf-batches 5 --ctx 40 --steps 6 --repeats 1
+  part rollout 300 bench_rollout --batches 3 5 --hf-batches 5 --ctx 40 --steps 6 --repeats 1 \
+    --decode-attention ${DECODE_ATTENTION:-matmul}
   part ragged 300 bench_ragged --batch 6 --ctx 40 --max-new 12 --repeats 1
   part update 600 bench_update --micro 4 --dtypes bf16 fp32 --gc off on --methods packed naive --rows 8 --group 4 \
     --length 64 --prompt 16 --segment 8 --extra-rows bf16:off:200 fp32:off:0:compile
@@ -84,7 +87,8 @@ else
   # limits from the H200 runs of 2026-12-01 (results/bench/issue15_h200_2026-12-01): update 4 rows x 3 methods
   # ~175 s (here 2 methods + 3 extra rows), reuse ~75 s, 3 coding-tools steps ~90 s incl. capture;
   # rollout at 128 steps (plain generate at batch 128 only) and ragged are estimates (no H200 run yet)
-  part rollout 70 bench_rollout --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1
+  part rollout 70 bench_rollout --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
+    --decode-attention ${DECODE_ATTENTION:-matmul}
   part ragged 60 bench_ragged --batch 128 --max-new 256 --repeats 1
   part update 145 bench_update --micro 8 --dtypes bf16 fp32 --gc off on --methods packed naive \
     --extra-rows bf16:off:16384 bf16:off:32768 bf16:off:32768:compile

@@ -172,3 +172,21 @@ def test_plugs_into_run_episodes(policy):
             got = lp.gather(1, torch.tensor(turn.completion_ids)[:, None])[:, 0]
             assert (got - torch.tensor(turn.sampler_logprobs)).abs().max() < 1e-4
             ctx += list(turn.completion_ids + turn.observation_ids)
+
+
+def test_top_k_1_with_a_tied_top_logit_samples_among_the_tied(policy):
+    """Why two greedy (top_k=1) runs can rightly differ: HF's TopKLogitsWarper keeps every score >= the k-th, so
+    a top logit shared by two tokens (common with a bf16 head over 151k ids) leaves both, and the sampler draws
+    one of them with log-prob log(1/2); which one depends on the RNG stream (bench_rollout's greedy_agreement
+    therefore compares graphs vs no graphs only up to each row's first tie)."""
+    model, tok = policy
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=SamplingConfig(top_k=1))
+    logits = torch.randn(4000, 50)
+    logits[:, 7] = logits[:, 30] = logits.max(dim=1).values + 1.0  # tokens 7 and 30 tie at the top
+    torch.manual_seed(0)
+    tok_ids, logp = fs._sample(logits)
+    assert set(tok_ids.tolist()) == {7, 30} and 0.45 < (tok_ids == 7).float().mean().item() < 0.55
+    assert torch.allclose(logp, torch.full_like(logp, -torch.log(torch.tensor(2.0)).item()))
+    logits[:, 30] -= 1e-3  # no tie: the argmax, log-prob 0
+    tok_ids, logp = fs._sample(logits)
+    assert (tok_ids == 7).all() and (logp == 0).all()

@@ -10,6 +10,9 @@ torch.multinomial, so a seed gives other tokens than the reference sampler; only
 is ever alive. Attention spans the written cache columns rounded up to `length_multiple` (one graph per
 batch bucket and span). Finished rows are masked, and the live rows are compacted into a smaller graph
 bucket every `check_every` steps once they fit one.
+
+Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa"): see
+agentrl.rollout.decode_attention; prefill is the same for all.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentrl.rollout.decode_attention import DECODE_ATTENTION, attend, key_mask
 from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sampling_warpers
 from agentrl.rollout.prefix_cache import Entry, PrefixStore, weights_version
 
@@ -147,6 +151,8 @@ class FastSampler:
         bucket_sizes: the batch sizes a chunk's live rows may be compacted into (each its own CUDA graph per
             span; default DEFAULT_BUCKETS, powers of two from 8). Finer steps (e.g. 8, 16, 24, 32, 48, 64, 96,
             128) keep fewer finished rows in the decoded batch at the cost of more graph captures.
+        decode_attention: "matmul" (default), "sdpa" or "sdpa_gqa": how a decode step attends over the static
+            cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to rounding.
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (taken from kept KV), shared_rows (rows that copied a group leader's KV).
@@ -159,7 +165,11 @@ class FastSampler:
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
                  keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
-                 bucket_sizes: tuple[int, ...] | None = None):
+                 bucket_sizes: tuple[int, ...] | None = None, decode_attention: str = "matmul"):
+        if decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION}, "
+                             f"got {decode_attention!r}")
+        self.decode_attention = decode_attention
         if max_batch < 1 or prefill_tokens < 1 or check_every < 1 or length_multiple < 1:
             raise ValueError("FastSampler: max_batch, prefill_tokens, check_every, length_multiple must be >= 1")
         sizes = DEFAULT_BUCKETS if bucket_sizes is None else tuple(bucket_sizes)
@@ -324,20 +334,16 @@ class FastSampler:
         st, ar = self.state, self.arch
         pos, col = st.positions[:b], st.col
         st.key_valid[:b].index_fill_(1, col, True)
-        valid = st.key_valid[:b, :length]
+        mask = key_mask(st.key_valid[:b, :length], self.decode_attention, self.dtype)  # shared by the layers
         cos, sin = self.rope_cos[pos][:, None, None], self.rope_sin[pos][:, None, None]  # [b, 1, 1, D]
         h = ar.embed(st.tokens[:b])[:, None]  # [b, 1, H]
-        g = ar.n_heads // ar.n_kv
         for li, layer in enumerate(ar.layers):
             a = layer.self_attn
             q, k, v = _qkv(a, layer.input_layernorm(h), cos, sin, ar.head_dim)
             kc, vc = st.k[li][:b, :, :length], st.v[li][:b, :, :length]
             kc.index_copy_(2, col, k)
             vc.index_copy_(2, col, v)
-            s = torch.matmul(q.reshape(b, ar.n_kv, g, ar.head_dim), kc.transpose(-1, -2)) * ar.scaling
-            p = s.float().masked_fill(~valid[:, None, None, :], float("-inf")).softmax(-1).to(q.dtype)
-            o = torch.matmul(p, vc).reshape(b, 1, ar.n_heads * ar.head_dim)  # [b, nkv, g, D] -> heads in HF order
-            h = h + a.o_proj(o)
+            h = h + a.o_proj(attend(q, kc, vc, mask, self.decode_attention, ar.scaling))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         tok, logp = self._sample(ar.head(ar.norm(h[:, 0])))
         self._record(b, tok, logp)

@@ -1,0 +1,56 @@
+"""One decode step's attention over a static, left-padded KV cache: one query per row, per-row key masks.
+
+Not the decode loop (agentrl.rollout.fast_sampler) and not prefill attention. Three forms, chosen by
+FastSampler's `decode_attention`; all CUDA-graph capturable (static shapes, no branching on data: the row
+lengths live in the mask tensor) and equal up to float rounding (tests/rollout/test_fast_sampler_attention.py):
+
+- "matmul" (the default): each KV head's g = heads / kv_heads queries scored by one matmul, an fp32 softmax
+  masked to the row's written keys, a second matmul.
+- "sdpa": one `scaled_dot_product_attention` call with the GQA group folded into the query axis (q
+  [b, kv_heads, g, D] against the cache's [b, kv_heads, L, D], as flash-decoding packs GQA), so KV heads are
+  never repeated and each cache byte is read once; an additive key mask [b, 1, 1, L] (0 / -inf) gives the
+  row lengths. A masked call with equal head counts is what PyTorch's memory-efficient and cuDNN kernels take.
+- "sdpa_gqa": the same call as `enable_gqa=True` over q [b, heads, 1, D]. With a mask, PyTorch's fused CUDA
+  kernels do not take GQA (the flash kernel takes no mask), so expect the math fallback; kept so that the
+  benchmark (bench/bench_rollout.py --decode-attention) measures that rather than assumes it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa")  # the forms; the first is FastSampler's default
+
+
+def key_mask(valid: torch.Tensor, form: str, dtype: torch.dtype) -> torch.Tensor:
+    """valid [b, L] bool (True: a written key of the row; every row needs at least one) -> the mask `attend`
+    takes: `valid` itself for "matmul", else an additive [b, 1, 1, L] mask of `dtype` (0 where valid, -inf
+    elsewhere), built once per step and shared by every layer."""
+    if form == "matmul":
+        return valid
+    bias = torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill_(~valid, float("-inf"))
+    return bias[:, None, None, :]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, form: str,
+           scale: float) -> torch.Tensor:
+    """q [b, nh, 1, D], k/v [b, nkv, L, D] (nh a multiple of nkv), mask from `key_mask(.., form, ..)` ->
+    [b, 1, nh * D] in HF's head order: query head j reads KV head j // g, g = nh / nkv (as repeat_interleave).
+
+    Raises:
+        ValueError: unknown form.
+    """
+    b, nh, _, d = q.shape
+    nkv = k.shape[1]
+    if form == "sdpa_gqa":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True).reshape(
+            b, 1, nh * d)
+    qg = q.reshape(b, nkv, nh // nkv, d)  # the g queries of KV head i: heads i*g .. i*g + g - 1
+    if form == "sdpa":
+        return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale).reshape(b, 1, nh * d)
+    if form != "matmul":
+        raise ValueError(f"decode attention: form must be one of {DECODE_ATTENTION}, got {form!r}")
+    s = torch.matmul(qg, k.transpose(-1, -2)) * scale
+    p = s.float().masked_fill(~mask[:, None, None, :], float("-inf")).softmax(-1).to(q.dtype)
+    return torch.matmul(p, v).reshape(b, 1, nh * d)  # [b, nkv, g, D] -> heads in HF order

@@ -1,0 +1,20 @@
+"""bench_rollout's greedy graphs-vs-eager comparison: equal up to each row's first tied top logit."""
+
+from bench_rollout import greedy_agreement
+
+from agentrl.rollout.hf_sampler import Sample
+
+
+def s(ids, logprobs):
+    return Sample(tuple(ids), tuple(logprobs), hit_token_limit=True)
+
+
+def test_rows_agreeing_until_a_tie_count_as_equal_and_a_difference_before_it_does_not():
+    a = [s([1, 2, 3, 4], [0, 0, -0.693, 0]), s([5, 6], [0, 0])]
+    b = [s([1, 2, 9, 8], [0, 0, -0.693, 0]), s([5, 6], [0, 0])]
+    assert greedy_agreement(a, b) == (True, 1, 4)  # row 0 compared on its 2 tokens before the tie, row 1 on 2
+    c = [s([1, 7, 3, 4], [0, 0, -0.693, 0]), s([5, 6], [0, 0])]
+    assert greedy_agreement(a, c) == (False, 1, 4)
+    d = [s([1, 2, 3, 4], [0, 0, 0, 0]), s([5, 0], [0, 0])]  # no tie anywhere: every token compared
+    assert greedy_agreement(d, d) == (True, 0, 6) and greedy_agreement(d, a[:1] + d[1:])[0] is True
+    assert greedy_agreement(d, [d[0], s([5, 6], [0, 0])]) == (False, 0, 6)
