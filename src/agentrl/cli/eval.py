@@ -8,6 +8,7 @@ one or several --models (agentrl.serve.env.eval); otherwise the trainer's evalua
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -24,7 +25,8 @@ def register(subparsers: Any) -> None:
     add_rlconfig_flags(e, exclude=TRAIN_ONLY)  # no --steps, --lr, --resume, ...: they do not apply
     # never the training default out: evaluating runs/default/checkpoints/... must not move that run aside;
     # steps=0 from the start, so RLConfig's training-only checks (fp16 needs loss scaling) do not apply
-    e.set_defaults(func=main, out="runs/eval", steps=0)
+    e.set_defaults(func=main, out="runs/eval", steps=0, run_record_path="")
+    e.defaults_from_argv = recorded_defaults
     e.add_argument("--env-url", default="", help="score on the held-out tasks of an `agentrl serve` server "
                    "instead of a local environment (the server's --env and --tasks apply)")
     e.add_argument("--models", nargs="+", default=None, help="with --env-url: several models on the same tasks "
@@ -33,11 +35,56 @@ def register(subparsers: Any) -> None:
                    help="with --env-url: episodes (server sessions) at a time")
 
 
+def _model_arg(argv: list[str]) -> str | None:
+    """The value of the last `--model X` / `--model=X` in `argv` (None when not given)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--model="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def recorded_defaults(argv: list[str]) -> dict[str, Any]:
+    """The defaults `agentrl eval ARGV` starts from: when `--model` is a run folder, a checkpoint or a model
+    folder with an agentrl_run.json (agentrl.rl.run_record), the settings recorded there (env, tasks,
+    families, episode limits, held-out size), so flags given on the command line still override them;
+    else none ({})."""
+    from agentrl.rl.run_record import read_run_record
+
+    model = _model_arg(argv)
+    found = read_run_record(model) if model else None
+    if found is None:
+        return {}
+    record, path = found
+    return {**record["settings"], "run_record_path": str(path)}
+
+
+def reused_settings_line(args: argparse.Namespace) -> str | None:
+    """One log line naming the settings taken from the model's run record (those the command line did not
+    change), or None when the model has no record."""
+    from agentrl.rl.run_record import read_run_record
+
+    if not args.run_record_path:
+        return None
+    found = read_run_record(Path(args.run_record_path).parent)
+    if found is None:
+        return None
+    settings = found[0]["settings"]
+    reused = [f"{k.replace('_', '-')}={v}" for k, v in settings.items() if getattr(args, k) == v and v != ""]
+    changed = [f"--{k.replace('_', '-')}" for k, v in settings.items() if getattr(args, k) != v]
+    line = f"eval: reusing the run's settings from {args.run_record_path}: {', '.join(reused)}"
+    return line + (f" (given on the command line: {', '.join(changed)})" if changed else "")
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl eval` (module docstring)."""
     from agentrl.cli.flags import config_from_args
     from agentrl.scale.context import launched_by_torchrun
 
+    if line := reused_settings_line(args):
+        print(line, flush=True)
     cfg = config_from_args(args)
     cfg.steps = 0
     if args.env_url:

@@ -17,6 +17,7 @@ import torch
 
 from agentrl.envs import make_env
 from agentrl.rl.checkpoint import prune_checkpoints, save_checkpoint
+from agentrl.rl.run_record import run_record
 from agentrl.rl.run_setup import env_kwargs
 from agentrl.rl.update import minibatch_step
 from agentrl.rollout.driver import RolloutConfig, bind_sampler, run_episodes
@@ -108,7 +109,7 @@ class LocalBackend:
         if not every or (step % every and step != sess.cfg.steps and not final):
             return None
         path = save_checkpoint(sess.out / "checkpoints", step, sess.model, sess.optimizer, extra={"step": step},
-                               tokenizer=sess.tokenizer)
+                               tokenizer=sess.tokenizer, run_record=run_record(sess.cfg, step))
         if sess.cfg.keep_checkpoints:
             prune_checkpoints(sess.out / "checkpoints", sess.cfg.keep_checkpoints)
         return path

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,7 @@ from agentrl.report.log import progress
 from agentrl.report.trackers import open_tracker
 from agentrl.rl.agent_backends import agent_factory
 from agentrl.rl.backend import LocalBackend
+from agentrl.rl.checkpoint import save_model
 from agentrl.rl.config import RLConfig
 from agentrl.rl.run_folder import (
     exclusive,
@@ -32,6 +36,7 @@ from agentrl.rl.run_folder import (
     sigterm_interrupts,
     start_run_folder,
 )
+from agentrl.rl.run_record import run_record, write_run_record
 from agentrl.rl.run_setup import RunPlan, load_inputs, plan_run
 from agentrl.rl.training_state import build_training_state
 from agentrl.rollout.driver import bind_sampler
@@ -144,6 +149,28 @@ class RunSession:
         self.agents.clear()
 
     # -- persistence ------------------------------------------------------------------------------
+    def export_model(self, step: int) -> Path | None:
+        """Write the run's final model to `<out>/model` (main process only; else None) and return it: an HF
+        folder with the tokenizer and chat template (for LoRA the adapters and agentrl_lora.json naming the
+        base) and agentrl_run.json (agentrl.rl.run_record) recording the environment, tasks and settings
+        after `step` completed steps. Written beside, then renamed: a crash leaves no half model."""
+        if not self.main_process:
+            return None
+        path = self.out / "model"
+        tmp = self.out / f".tmp-model-{uuid.uuid4().hex[:8]}"
+        try:
+            save_model(self.model, tmp)
+            self.tokenizer.save_pretrained(tmp)
+            write_run_record(tmp, run_record(self.cfg, step))
+            if path.exists():  # a resumed run that had finished once: the newer model wins
+                shutil.rmtree(path)
+            os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        log.info("model: %s (load it with --model %s)", path, self.out)
+        return path
+
     def export_merged(self) -> Path | None:
         """With --lora-merge and LoRA: write `<out>/merged` (adapters merged into a plain model, and the
         tokenizer) and return it; else None."""

@@ -280,6 +280,9 @@ def train(cfg: RLConfig, *, sampler: Any = None,
         if len(sess.results.data["steps"]) >= 3:
             sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
+        model_path = sess.export_model(done)
+        if model_path is not None:
+            sess.results.set("model_path", str(model_path))
         sess.export_merged()
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         write_plots_and_report(sess)

@@ -1,0 +1,70 @@
+"""Every run ends with a model: `<out>/model` (weights, tokenizer, chat template, agentrl_run.json) that
+load_policy, `agentrl eval` and `agentrl smoke` take as `--model <out>`; checkpoints record the run's
+environment and settings, and `agentrl eval --model <checkpoint>` reuses them unless told otherwise."""
+
+import json
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.models.load import load_policy
+from agentrl.report.results import validate_results
+from agentrl.rl.config import RLConfig
+from agentrl.rl.run_record import EVAL_REUSED, RUN_RECORD_FILE, read_run_record
+from agentrl.rl.trainer import train
+from agentrl.rollout.scripted import random_edit_sampler
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("m") / "run"
+    cfg = RLConfig(env="edit-menu", families="minmax,compare", steps=1, prompts_per_step=2, group_size=4,
+                   eval_n=1, eval_size=2, train_size=8, max_new_tokens=40, max_turns=3, lr=1e-3, micro=2,
+                   out=str(out), checkpoint_every=1, n_boot=100, seed=3)
+    train(cfg, sampler=random_edit_sampler(0))
+    return out
+
+
+def test_the_run_ends_with_a_loadable_model_and_its_record(run):
+    model = run / "model"
+    assert (model / "config.json").is_file() and (model / "tokenizer_config.json").is_file()
+    record = json.loads((model / RUN_RECORD_FILE).read_text())
+    assert record["step"] == 1 and record["trained_from"] == "tiny-qwen3"
+    assert set(record["settings"]) == set(EVAL_REUSED)
+    assert record["settings"]["env"] == "edit-menu" and record["settings"]["families"] == "minmax,compare"
+    assert record["settings"]["max_turns"] == 3 and record["settings"]["max_new_tokens"] == 40
+    assert validate_results(run / "results.json")["model_path"] == str(model)
+    # the run folder resolves to its model, with the chat template the run used
+    m, tok = load_policy(str(run), "fp32", "cpu")
+    assert tok.chat_template and m.config.num_hidden_layers >= 1
+
+
+def test_checkpoints_record_the_runs_settings(run):
+    found = read_run_record(run / "checkpoints" / "step_000001")
+    assert found is not None
+    record, path = found
+    assert path.parent.name == "model" and record["step"] == 1
+    assert record["settings"]["env"] == "edit-menu" and record["settings"]["eval_size"] == 2
+
+
+def test_eval_of_a_checkpoint_reuses_its_settings_and_says_so(run, tmp_path, capsys):
+    ckpt = run / "checkpoints" / "step_000001"
+    rc = main(["eval", "--model", str(ckpt), "--eval-n", "1", "--n-boot", "100", "--max-new-tokens", "8",
+               "--out", str(tmp_path / "ev")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("eval: reusing"))
+    assert "env=edit-menu" in line and "families=minmax,compare" in line and "--max-new-tokens" in line
+    cfg = validate_results(tmp_path / "ev" / "results.json")["config"]
+    assert cfg["env"] == "edit-menu" and cfg["families"] == "minmax,compare" and cfg["max_turns"] == 3
+    assert cfg["max_new_tokens"] == 8  # the command line wins over the record
+
+
+def test_eval_and_smoke_take_the_run_folder(run, tmp_path, capsys):
+    assert main(["eval", "--model", str(run), "--env", "coding-tools", "--families", "", "--eval-n", "1",
+                 "--n-boot", "100", "--max-new-tokens", "8", "--out", str(tmp_path / "ev")]) == 0
+    assert validate_results(tmp_path / "ev" / "results.json")["config"]["env"] == "coding-tools"
+    capsys.readouterr()
+    assert main(["smoke", "--model", str(run), "--env", "edit-menu", "--episodes", "1", "--max-new-tokens", "8",
+                 "--show", "0"]) == 0
+    assert "template check" in capsys.readouterr().out
