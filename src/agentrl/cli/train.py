@@ -14,16 +14,19 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     """Add `train` (every RLConfig field as a flag)."""
+    from agentrl.cli.config_file import add_config_flags
     from agentrl.cli.flags import add_rlconfig_flags
 
     p = subparsers.add_parser(
         "train", help="GRPO training with held-out evaluation before and after",
+        usage="%(prog)s [--preset NAME] [--config FILE.yaml] [--model MODEL] [--env ENV] [--out DIR] [options]",
         description="Train a policy with GRPO. With no flags: --preset demo (tiny-qwen3 warm-started by SFT on "
         "scripted experts, then GRPO in edit-menu; about 8-9 minutes on 2 idle CPU cores). Flags without "
         "--preset start from the plain defaults shown below; `--preset demo --help` shows the preset's.",
     )
     add_rlconfig_flags(p)
-    p.defaults_from_argv = preset_defaults
+    add_config_flags(p)
+    p.defaults_from_argv = train_defaults
     p.set_defaults(func=main)
 
 
@@ -42,6 +45,17 @@ def preset_defaults(argv: list[str]) -> dict[str, Any]:
     return {**PRESETS[name], "preset": name} if name in PRESETS else {}
 
 
+def train_defaults(argv: list[str]) -> dict[str, Any]:
+    """The defaults of `agentrl train ARGV`: the preset's (preset_defaults; a `preset:` key of the --config
+    file counts as `--preset`), then the --config file's values on top; flags given override both."""
+    from agentrl.cli.config_file import config_file_defaults
+
+    file = config_file_defaults(argv)
+    if file.get("preset") and not any(a == "--preset" or a.startswith("--preset=") for a in argv):
+        argv = [*argv, "--preset", file["preset"]]
+    return {**preset_defaults(argv), **file}
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl train`: data parallel under torchrun, rollout workers / Ray graders when asked,
     else one process (module docstring)."""
@@ -49,6 +63,11 @@ def main(args: argparse.Namespace) -> int:
     from agentrl.scale.context import launched_by_torchrun
 
     cfg = config_from_args(args)
+    if args.print_config:
+        from agentrl.cli.config_file import dump_config
+
+        print(dump_config(cfg), end="")
+        return 0
     if launched_by_torchrun():
         from agentrl.scale.train import train_data_parallel
 

@@ -40,6 +40,22 @@ def _f(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa:
     return field(default=default, metadata=meta)
 
 
+# Named presets: RLConfig field values replacing the defaults (agentrl train --preset NAME; flags given on
+# the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
+# Qwen3 learns the tool-call format from scripted experts that pick the edit at random (SFT), then GRPO
+# learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
+# paired task-level interval. Sized for 2 CPU cores (README "Set up and run" has the arithmetic).
+# Temperature 0.7, not the write-up's 1.0: at 1.0 it learned about half as much (docs/design.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "model": "tiny-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
+        "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
+        "warm_start_batch": 4, "temperature": 0.7,
+        "steps": 8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
+        "micro": 8, "gen_batch": 32, "eval_size": 12, "eval_n": 4,
+    },
+}
+
 @dataclass
 class RLConfig:
     """The full configuration of one `agentrl train` run (printed and stored in the results file).
@@ -164,7 +180,8 @@ class RLConfig:
     # -- schedule, evaluation, output
     preset: str = _f("", "Named preset whose values replace the defaults of every flag not given: '' (none) | "
                          "demo (tiny-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
-                         "agentrl.rl.config.PRESETS). `agentrl train` with no flags runs --preset demo.")
+                         "agentrl.rl.config.PRESETS). `agentrl train` with no flags runs --preset demo.",
+                     ("", *PRESETS))
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
     max_train_s: float = _f(0.0, "Wall-clock budget in seconds for the training steps (0 = none): no new step "
                             "starts once it has passed; the evaluation after, the paired difference and the "
@@ -328,22 +345,6 @@ class RLConfig:
         return cls(**values)
 
 
-# Named presets: RLConfig field values replacing the defaults (agentrl train --preset NAME; flags given on
-# the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
-# Qwen3 learns the tool-call format from scripted experts that pick the edit at random (SFT), then GRPO
-# learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
-# paired task-level interval. Sized for 2 CPU cores (README "Set up and run" has the arithmetic).
-# Temperature 0.7, not the write-up's 1.0: at 1.0 it learned about half as much (docs/design.md).
-PRESETS: dict[str, dict[str, Any]] = {
-    "demo": {
-        "model": "tiny-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
-        "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
-        "warm_start_batch": 4, "temperature": 0.7,
-        "steps": 8, "prompts_per_step": 4, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
-        "micro": 8, "gen_batch": 32, "eval_size": 12, "eval_n": 4,
-    },
-}
-
 # fields `agentrl eval` does not take: they only shape the optimization (eval keeps their defaults)
 TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
@@ -352,6 +353,8 @@ TRAIN_ONLY: tuple[str, ...] = (
     "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.scale's training sessions
     "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",
     "pack_rows", "compile_layers",  # the update's trunk (agentrl.rl.packing, rl.update.compile_decoder_layers)
+    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_merge",  # a LoRA folder loads as it is
+    "async_rollouts", "max_staleness", "is_correction", "is_cap",  # rollouts overlapping updates
 )
 
 
