@@ -9,6 +9,7 @@ import pytest
 
 from agentrl.cli import main
 from agentrl.cli.main import build_parser
+from agentrl.rl.config import RLConfig
 
 
 def _help(capsys, *argv):
@@ -125,3 +126,13 @@ def test_a_bad_key_in_the_config_file_is_one_line_naming_it(tmp_path, capsys):
     path.write_text("learning_rate: 0.25\n")  # TRL's names are keys as they are flags
     assert main(["train", "--config", str(path), "--print-config"]) == 0
     assert "lr: 0.25" in capsys.readouterr().out
+
+
+def test_flags_without_a_preset_say_what_they_start_from():
+    from agentrl.cli.train import start_line
+
+    line = start_line(RLConfig(out="runs/mine"))
+    assert line.startswith("train: no --preset: --model tiny-qwen3 in --env coding-tools, --tasks bugfix, warm start none")
+    assert "random weights" in line and "--warm-start sft" in line and "--preset demo" in line
+    assert "random weights" not in start_line(RLConfig(warm_start="sft"))
+    assert start_line(RLConfig.from_preset("demo")) is None

@@ -68,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
 
         print(dump_config(cfg), end="")
         return 0
+    if line := start_line(cfg):
+        print(line, flush=True)
     if launched_by_torchrun():
         from agentrl.scale.train import train_data_parallel
 
@@ -81,6 +83,20 @@ def main(args: argparse.Namespace) -> int:
         print(f"results: {train_scaled(cfg)}")
         return 0
     return train_single(cfg)
+
+
+def start_line(cfg: Any) -> str | None:
+    """For a run without a preset: one line naming what it starts from (model, env, warm start) and what
+    would show learning; None for a preset's run (its description says)."""
+    from agentrl.models.presets import MODEL_PRESETS
+
+    if cfg.preset:
+        return None
+    line = f"train: no --preset: --model {cfg.model} in --env {cfg.env}, --tasks {cfg.tasks}, warm start {cfg.warm_start}"
+    if cfg.model in MODEL_PRESETS and cfg.warm_start == "none" and not cfg.agent:
+        return line + (f"; {cfg.model} has random weights and writes no tool calls, so every reward is 0 and no "
+                       "update happens: add --warm-start sft, or run `agentrl train --preset demo` to see learning")
+    return line + "; learning shows as a paired after - before interval above 0 (printed at the end)"
 
 
 def train_single(cfg: Any) -> int:

@@ -69,7 +69,8 @@ class RLConfig:
                                   "fetched model: 'smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct', "
                                   "'qwen2.5-coder-1.5b-instruct' (`agentrl assets fetch NAME`).")
     env: str = _f("coding-tools", _env_help())
-    tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
+    tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | wordle | a "
+                              "path. Left at bugfix, an --env that cannot run it uses its own (wordle: wordle).")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
     eval_families: str = _f("", "Comma-separated bug-fix families of the held-out set (empty = the --families, or "
                                 "the write-up's five). Families never trained on measure transfer to unseen bugs.")

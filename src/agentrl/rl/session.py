@@ -220,6 +220,8 @@ class RunSession:
             sandbox.close()
             raise
         start_run_folder(cfg, out, tasks)
+        for note in plan.notes:
+            log.info("%s", note)
         sess = None
         try:
             log.info("model %s on %s in %s (--dtype %s)", cfg.model, inputs.device, inputs.dtype, cfg.dtype)
