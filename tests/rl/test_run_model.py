@@ -68,3 +68,13 @@ def test_eval_and_smoke_take_the_run_folder(run, tmp_path, capsys):
     assert main(["smoke", "--model", str(run), "--env", "edit-menu", "--episodes", "1", "--max-new-tokens", "8",
                  "--show", "0"]) == 0
     assert "template check" in capsys.readouterr().out
+
+
+def test_the_training_steps_line_follows_the_steps_own_lines(run):
+    """"training steps: k/N" is logged after step k-1's result lines, never before them."""
+    lines = (run / "train.log").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "training steps: " in line:
+            k = int(line.split("training steps: ", 1)[1].split("/", 1)[0])
+            if k:
+                assert any(f"step {k - 1} " in x for x in lines[:i]), line

@@ -281,7 +281,8 @@ def test_an_env_that_cannot_run_the_default_source_picks_its_own(tmp_path):
                  "--n-boot", "100", "--out", str(out)]) == 0
     data = validate_results(out / "results.json")
     assert data["config"]["tasks"] == "wordle"
-    assert "using its own task source, --tasks wordle" in (out / "train.log").read_text()
+    assert "using its own task source, --tasks wordle" in (out / "eval.log").read_text()
+    assert not (out / "train.log").exists() and "eval eval" not in (out / "eval.log").read_text()
 
 
 def test_wordle_training_envs_get_the_word_list():

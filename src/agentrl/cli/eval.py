@@ -53,7 +53,7 @@ EVAL_HELP: dict[str, str] = {
     "families": "Comma-separated bug-fix families of the held-out tasks when --eval-families is empty (empty = the "
                 "write-up's five); see `agentrl tasks list`.",
     "eval_n": "Held-out episodes per task.",
-    "out": "Output directory of the evaluation: results.json, train.log, plots, report.html.",
+    "out": "Output directory of the evaluation: results.json, eval.log, plots, report.html.",
 }
 
 

@@ -75,6 +75,7 @@ class RunSession:
     registered_sampler: bool = False  # the sampler is the registered --sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
     main_process: bool = True  # False on the other ranks of a data-parallel run (agentrl.scale): they write nothing
+    log_path: Path | None = None  # the run's log file (<out>/train.log; agentrl eval: <out>/eval.log)
     backend: Any = None  # the execution strategy (agentrl.rl.backend.Backend); LocalBackend(self) unless a strategy sets one
 
     @property
@@ -186,7 +187,7 @@ class RunSession:
     @classmethod
     @contextlib.contextmanager
     def open(cls, cfg: RLConfig, *, sampler: Any = None, make_sandbox: Callable[[RLConfig], Any] | None = None,
-             scaled: bool = False) -> Iterator[RunSession]:
+             scaled: bool = False, log_name: str = "train.log") -> Iterator[RunSession]:
         """Build the session; on exit close the sandbox and mark the results file failed/interrupted if
         the run did not finish (the file keeps every completed step).
 
@@ -199,6 +200,7 @@ class RunSession:
             make_sandbox: builds the run's sandbox from the config (default agentrl.sandbox.Sandbox();
                 agentrl.scale's Ray graders pass theirs).
             scaled: an agentrl.scale strategy runs this session (--rollout-workers / --ray-graders need one).
+            log_name: the run's log file in `cfg.out` (`agentrl eval`: eval.log).
 
         Raises:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
@@ -206,12 +208,13 @@ class RunSession:
         plan = plan_run(cfg, scaled=scaled)
         plan.out.parent.mkdir(parents=True, exist_ok=True)
         with exclusive(plan.out), sigterm_interrupts():
-            with cls._started(plan, sampler, make_sandbox or default_sandbox) as sess:
+            with cls._started(plan, sampler, make_sandbox or default_sandbox, log_name) as sess:
                 yield sess
 
     @classmethod
     @contextlib.contextmanager
-    def _started(cls, plan: RunPlan, sampler: Any, make_sandbox: Callable[[RLConfig], Any]) -> Iterator[RunSession]:
+    def _started(cls, plan: RunPlan, sampler: Any, make_sandbox: Callable[[RLConfig], Any],
+                 log_name: str = "train.log") -> Iterator[RunSession]:
         cfg, out, tasks = plan.cfg, plan.out, plan.tasks
         sandbox = make_sandbox(cfg)
         try:  # every input is loaded and checked before an earlier run in `out` is touched
@@ -219,7 +222,7 @@ class RunSession:
         except BaseException:
             sandbox.close()
             raise
-        start_run_folder(cfg, out, tasks)
+        start_run_folder(cfg, out, tasks, log_name)
         for note in plan.notes:
             log.info("%s", note)
         sess = None
@@ -230,6 +233,7 @@ class RunSession:
             sess = cls(cfg=cfg, out=out, model=state.model, tokenizer=inputs.tokenizer, optimizer=state.optimizer,
                        sandbox=sandbox, tasks=tasks, results=results, device=inputs.device,
                        start_step=state.start_step, ref_model=state.ref_model)
+            sess.log_path = out / log_name
             sess.attach_sampler(sampler)
             sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
             with progress(transient=True) as bars:
