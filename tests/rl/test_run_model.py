@@ -78,3 +78,27 @@ def test_the_training_steps_line_follows_the_steps_own_lines(run):
             k = int(line.split("training steps: ", 1)[1].split("/", 1)[0])
             if k:
                 assert any(f"step {k - 1} " in x for x in lines[:i]), line
+
+
+def test_a_lora_run_ends_with_its_adapters_and_base_and_sft_continues_from_it(tmp_path, capsys):
+    out = tmp_path / "lora"
+    cfg = RLConfig(env="edit-menu", steps=1, prompts_per_step=2, group_size=2, eval_n=1, eval_size=2, train_size=4,
+                   max_new_tokens=16, max_turns=2, lr=1e-3, micro=2, out=str(out), n_boot=100, lora_r=4, seed=1)
+    train(cfg, sampler=random_edit_sampler(0))
+    model = out / "model"
+    assert (model / "adapter_config.json").is_file() and not (model / "config.json").exists()
+    assert json.loads((model / "agentrl_lora.json").read_text())["model"] == "tiny-qwen3"  # the base
+    assert read_run_record(out)[0]["lora_r"] == 4
+    m, _ = load_policy(str(out), "fp32", "cpu")  # base + adapters merged
+    assert not hasattr(m, "peft_config") and all(p.requires_grad for p in m.parameters())
+    assert main(["sft", "--model", str(out), "--env", "edit-menu", "--n-tasks", "2", "--epochs", "1",
+                 "--batch", "2", "--micro", "2", "--warmup-steps", "1", "--out", str(tmp_path / "sft")]) == 0
+    assert (tmp_path / "sft" / "config.json").is_file()
+
+
+def test_a_run_folder_without_a_model_says_why(tmp_path):
+    run = tmp_path / "cut"
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="has no model/: the run did not finish.*step_000002"):
+        load_policy(str(run), "fp32", "cpu")
