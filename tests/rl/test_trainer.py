@@ -263,11 +263,30 @@ def test_eval_default_out_never_touches_the_training_default():
 
 def test_env_and_task_source_mismatch_is_named(tmp_path, capsys):
     for flags, words in ((["--tasks", "mbpp", "--env", "coding-tools"], "cannot run --tasks mbpp"),
-                         (["--env", "wordle"], "takes Wordle words"),
+                         (["--tasks", "mbpp", "--env", "wordle"], "takes Wordle words"),
                          (["--tasks", "wordle", "--env", "edit-menu"], "edit menu")):
         assert main(["train", *flags, "--out", str(tmp_path / "m")]) == 2
         assert words in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_an_env_that_cannot_run_the_default_source_picks_its_own(tmp_path):
+    """`--env wordle` alone runs Wordle's tasks (as `agentrl serve --env wordle` does), named in the log;
+    an env that runs the default source keeps it."""
+    from agentrl.rl.run_setup import plan_run
+
+    plan = plan_run(RLConfig(env="wordle", steps=1, out=str(tmp_path / "w")))
+    assert plan.cfg.tasks == "wordle" and {t.family for t in plan.tasks.train} == {"wordle"}
+    assert plan.notes == ("--env wordle cannot run --tasks bugfix: using its own task source, --tasks wordle",)
+    plan = plan_run(RLConfig(env="python-session", steps=1, out=str(tmp_path / "p")))
+    assert plan.cfg.tasks == "bugfix" and plan.notes == ()
+    out = tmp_path / "ev"
+    assert main(["eval", "--env", "wordle", "--eval-size", "2", "--eval-n", "1", "--max-new-tokens", "8",
+                 "--n-boot", "100", "--out", str(out)]) == 0
+    data = validate_results(out / "results.json")
+    assert data["config"]["tasks"] == "wordle"
+    assert "using its own task source, --tasks wordle" in (out / "eval.log").read_text()
+    assert not (out / "train.log").exists() and "eval eval" not in (out / "eval.log").read_text()
 
 
 def test_wordle_training_envs_get_the_word_list():

@@ -254,7 +254,8 @@ def test_parser_exception_marks_turn_malformed(tok, monkeypatch):
 
 def test_progress_advances_per_finished_episode(tok):
     """HF sampling goes gen_batch episodes at a time, and progress is reported after each chunk (not
-    0 -> n at the end of a round); with tool steps, after each episode's step."""
+    0 -> n at the end of a round); with tool steps, after each episode's step, and per turn: a live episode
+    counts its share of the turn limit, so multi-turn evaluations move before any episode ends."""
     model = load_policy("tiny-qwen3")[0]
     seen = []
     cfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=3, gen_batch=2), check_template=False)
@@ -266,7 +267,11 @@ def test_progress_advances_per_finished_episode(tok):
     envs = [EchoEnv() for _ in scripts]
     run_episodes(None, tok, [(e, task(i)) for i, e in enumerate(envs)], cfg=RolloutConfig(),
                  sampler=Script(tok, scripts), on_progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(1, 3), (2, 3), (3, 3)]
+    # per turn: each live episode adds its turns over its turn limit, a finished one 1
+    assert [d for d, _ in seen] == sorted({d for d, _ in seen}) and seen[-1] == (3, 3)
+    limit = envs[1].max_turns
+    assert seen[0] == (1, 3)  # the one-turn episode ended while the two others' first turn ran its tools
+    assert (round(2 + 1 / limit, 6), 3) in seen  # the 2-turn one ended; the 3-turn one counts 1 turn of its limit
 
 
 def test_unscorable_rewards_and_env_errors_are_recorded_never_zero(tok, caplog):

@@ -12,7 +12,9 @@ from typing import Any
 def register(subparsers: Any) -> None:
     """Add `agent-check` to the agentrl command line."""
     p = subparsers.add_parser("agent-check", help="check that opencode (train --agent opencode) is installed and "
-                              "whether bubblewrap can isolate it here")
+                              "whether bubblewrap can isolate it here",
+                              description="Find the opencode binary that `train --agent opencode` would run, compare "
+                              "its version with the pinned one, and say whether bubblewrap can isolate it here.")
     p.add_argument("--agent-binary", default=None, help="the opencode binary (default: $AGENTRL_OPENCODE, "
                    ".venv/opencode, PATH)")
     p.set_defaults(func=main)

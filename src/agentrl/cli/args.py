@@ -63,10 +63,14 @@ class AgentrlParser(argparse.ArgumentParser):
         # argv -> {dest: default}: defaults chosen from the arguments themselves (e.g. `train --preset NAME`),
         # applied before parsing, so flags given on the command line still override them
         self.defaults_from_argv: Callable[[list[str]], dict[str, Any]] | None = None
+        # flags of other commands given to this one -> why they do not apply (e.g. eval's training flags)
+        self.foreign_flags: dict[str, str] = {}
 
     def _add_action(self, action: argparse.Action) -> argparse.Action:
-        # the dashed spelling first: usage lines show option_strings[0]
-        action.option_strings.sort(key=lambda o: "_" in o and o.replace("_", "-") in action.option_strings)
+        # the dashed spelling first: usage lines show option_strings[0] (a copy: list.sort empties the list
+        # while it sorts, so a key reading the list itself sees nothing)
+        opts = list(action.option_strings)
+        action.option_strings.sort(key=lambda o: "_" in o and o.replace("_", "-") in opts)
         return super()._add_action(action)
 
     def add_subparsers(self, **kwargs: Any) -> Any:
@@ -77,6 +81,8 @@ class AgentrlParser(argparse.ArgumentParser):
 
         def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
             kw.setdefault("formatter_class", HelpFormatter)
+            if kw.get("help") and not kw.get("description"):  # every command has a description
+                kw["description"] = kw["help"][0].upper() + kw["help"][1:] + "."
             p = add(name, **kw)
             p.is_subcommand = True
             return p
@@ -86,7 +92,11 @@ class AgentrlParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
         if self.defaults_from_argv is not None:
-            self.set_defaults(**self.defaults_from_argv(list(sys.argv[1:] if args is None else args)))
+            try:
+                defaults = self.defaults_from_argv(list(sys.argv[1:] if args is None else args))
+            except (ValueError, FileNotFoundError) as e:  # e.g. a bad key in --config FILE: one line
+                self.error(str(e))
+            self.set_defaults(**defaults)
         ns, extras = super().parse_known_args(args, namespace)
         if extras and self.is_subcommand:
             self.error(unrecognized_message(self, extras))
@@ -109,14 +119,54 @@ def known_flags(parser: argparse.ArgumentParser) -> list[str]:
     return [o for a in parser._actions for o in dashed_option_strings(a) if o.startswith("--") and o != "--help"]
 
 
+# TRL / transformers flags with no same-meaning agentrl flag (those with one are aliases, agentrl.cli.flags
+# ALIASES): what to use instead. A hint is shown only where the command has every agentrl flag it names.
+TRL_HINTS: dict[str, str] = {
+    "--logging-steps": "agentrl logs every step (train.log, and --report-to's tracker): there is no interval to set",
+    "--per-device-train-batch-size": "no equivalent: a step has --prompts-per-step x --group-size episodes; "
+                                     "--micro sets the rows per forward",
+    "--gradient-accumulation-steps": "no equivalent: --minibatches sets optimizer steps per step and --micro the "
+                                     "rows per forward (accumulated)",
+    "--num-train-epochs": "no equivalent: training runs --steps steps of fresh episodes",
+    "--max-completion-length": "--max-new-tokens (per assistant turn; an episode has up to --max-turns turns)",
+    "--max-prompt-length": "--max-context-tokens (prompt + completion budget of an episode)",
+    "--bf16": "--dtype bf16",
+    "--fp16": "--dtype fp16 (eval only: training refuses fp16)",
+    "--resume-from-checkpoint": "--resume (continues from the latest checkpoint in --out)",
+    "--use-vllm": "--sampler (one of the registered samplers)",
+    "--use-peft": "--lora-r N (N > 0 trains LoRA adapters)",
+    "--eval-strategy": "--eval-every N (0 = only before and after)",
+    "--save-strategy": "--checkpoint-every N (0 = off)",
+    "--run-name": "--out (the run folder names the run)",
+    "--num-train-samples": "--train-size",
+}
+
+
+def trl_hint(flag: str, flags: list[str]) -> str | None:
+    """What to use instead of the TRL/transformers `flag` (dashed) in a command whose flags are `flags`:
+    TRL_HINTS' text when every agentrl flag it names is one of `flags`, "no equivalent in this command"
+    for a TRL flag whose replacement the command lacks, None for a flag TRL does not have."""
+    if flag not in TRL_HINTS:
+        return None
+    text = TRL_HINTS[flag]
+    if all(f in flags for f in re.findall(r"--[a-z][a-z0-9-]*", text)):
+        return f"{flag} (TRL): {text}"
+    return f"{flag} (TRL): this command has no equivalent"
+
+
 def unrecognized_message(parser: argparse.ArgumentParser, extras: list[str]) -> str:
-    """"unrecognized arguments: ..." plus, per mistyped flag, the closest flags of `parser` (difflib)."""
+    """"unrecognized arguments: ..." plus, per mistyped flag, a TRL flag's agentrl counterpart (trl_hint)
+    or else the closest flags of `parser` (difflib)."""
     flags = known_flags(parser)
     hints = []
     for arg in extras:
         if not arg.startswith("-"):
             continue
         flag = arg.split("=", 1)[0].replace("_", "-")
+        foreign = getattr(parser, "foreign_flags", {})
+        if hint := (f"{flag}: {foreign[flag]}" if flag in foreign else trl_hint(flag, flags)):
+            hints.append(hint)
+            continue
         close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.6)
         if close:
             hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")

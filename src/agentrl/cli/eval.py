@@ -8,29 +8,105 @@ one or several --models (agentrl.serve.env.eval); otherwise the trainer's evalua
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
 def register(subparsers: Any) -> None:
     """Add `eval` (every RLConfig field but TRAIN_ONLY, plus the served-environment flags)."""
+    from agentrl.cli.config_file import add_config_flags
     from agentrl.cli.flags import add_rlconfig_flags
     from agentrl.rl.config import TRAIN_ONLY
 
     e = subparsers.add_parser(
         "eval", help="held-out evaluation of a model (no training)",
+        usage="%(prog)s --model MODEL|RUN_DIR [--config FILE.yaml] [--env ENV] [--tasks SOURCE] [--out DIR] [options]",
         description="Evaluate --model on the held-out tasks of --tasks with --env (eval_n episodes per task); "
         "writes <out>/results.json (default runs/eval) with per-task counts and a task-level bootstrap interval.",
     )
-    add_rlconfig_flags(e, exclude=TRAIN_ONLY)  # no --steps, --lr, --resume, ...: they do not apply
+    add_rlconfig_flags(e, exclude=TRAIN_ONLY, help=EVAL_HELP)  # no --steps, --lr, --resume, ...: they do not apply
+    add_config_flags(e)
     # never the training default out: evaluating runs/default/checkpoints/... must not move that run aside;
     # steps=0 from the start, so RLConfig's training-only checks (fp16 needs loss scaling) do not apply
-    e.set_defaults(func=main, out="runs/eval", steps=0)
-    e.add_argument("--env-url", default="", help="score on the held-out tasks of an `agentrl serve` server "
+    e.set_defaults(func=main, out="runs/eval", steps=0, run_record_path="")
+    e.defaults_from_argv = eval_defaults
+    from agentrl.cli.flags import ALIASES
+
+    train_only = [f"--{n.replace('_', '-')}" for n in TRAIN_ONLY] + [a for n in TRAIN_ONLY for a in ALIASES.get(n, ())]
+    e.foreign_flags = {f: "a training flag (`agentrl train`); eval does not train" for f in train_only}
+    e.foreign_flags.update({f"--no-{f[2:]}": "a training flag (`agentrl train`); eval does not train"
+                            for f in train_only})
+    served = e.add_argument_group("served environment")
+    served.add_argument("--env-url", default="", help="score on the held-out tasks of an `agentrl serve` server "
                    "instead of a local environment (the server's --env and --tasks apply)")
-    e.add_argument("--models", nargs="+", default=None, help="with --env-url: several models on the same tasks "
+    served.add_argument("--models", nargs="+", default=None, help="with --env-url: several models on the same tasks "
                    "in one pass, one table, paired differences against the first (default: --model)")
-    e.add_argument("--concurrency", type=int, default=16,
+    served.add_argument("--concurrency", type=int, default=16,
                    help="with --env-url: episodes (server sessions) at a time")
+
+
+# eval's wording of the flags whose RLConfig help speaks of training
+EVAL_HELP: dict[str, str] = {
+    "model": "Model to evaluate: a run folder (runs/x: its model/), a checkpoint (runs/x/checkpoints/step_N), a "
+             "model folder, 'tiny-qwen3', a fetched model name or an HF-cache repo id. A run or checkpoint's "
+             "recorded env, tasks, families and episode limits are the defaults (agentrl_run.json).",
+    "families": "Comma-separated bug-fix families of the held-out tasks when --eval-families is empty (empty = the "
+                "write-up's five); see `agentrl tasks list`.",
+    "eval_n": "Held-out episodes per task.",
+    "out": "Output directory of the evaluation: results.json, eval.log, plots, report.html.",
+}
+
+
+def eval_defaults(argv: list[str]) -> dict[str, Any]:
+    """The defaults of `agentrl eval ARGV`: the model's run record (recorded_defaults), then the --config
+    file's values on top (its training-only keys ignored); flags given override both."""
+    from agentrl.cli.config_file import config_file_defaults
+    from agentrl.rl.config import TRAIN_ONLY
+
+    return {**recorded_defaults(argv), **config_file_defaults(argv, ignore=TRAIN_ONLY)}
+
+
+def _model_arg(argv: list[str]) -> str | None:
+    """The value of the last `--model X` / `--model=X` in `argv` (None when not given)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--model="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def recorded_defaults(argv: list[str]) -> dict[str, Any]:
+    """The defaults `agentrl eval ARGV` starts from: when `--model` is a run folder, a checkpoint or a model
+    folder with an agentrl_run.json (agentrl.rl.run_record), the settings recorded there (env, tasks,
+    families, episode limits, held-out size), so flags given on the command line still override them;
+    else none ({})."""
+    from agentrl.rl.run_record import read_run_record
+
+    model = _model_arg(argv)
+    found = read_run_record(model) if model else None
+    if found is None:
+        return {}
+    record, path = found
+    return {**record["settings"], "run_record_path": str(path)}
+
+
+def reused_settings_line(args: argparse.Namespace) -> str | None:
+    """One log line naming the settings taken from the model's run record (those the command line did not
+    change), or None when the model has no record."""
+    from agentrl.rl.run_record import read_run_record
+
+    if not args.run_record_path:
+        return None
+    found = read_run_record(Path(args.run_record_path).parent)
+    if found is None:
+        return None
+    settings = found[0]["settings"]
+    reused = [f"{k.replace('_', '-')}={v}" for k, v in settings.items() if getattr(args, k) == v and v != ""]
+    changed = [f"--{k.replace('_', '-')}" for k, v in settings.items() if getattr(args, k) != v]
+    line = f"eval: reusing the run's settings from {args.run_record_path}: {', '.join(reused)}"
+    return line + (f" (given on the command line: {', '.join(changed)})" if changed else "")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -38,8 +114,16 @@ def main(args: argparse.Namespace) -> int:
     from agentrl.cli.flags import config_from_args
     from agentrl.scale.context import launched_by_torchrun
 
+    if line := reused_settings_line(args):
+        print(line, flush=True)
     cfg = config_from_args(args)
     cfg.steps = 0
+    if args.print_config:
+        from agentrl.cli.config_file import dump_config
+        from agentrl.rl.config import TRAIN_ONLY
+
+        print(dump_config(cfg, exclude=TRAIN_ONLY), end="")
+        return 0
     if args.env_url:
         from agentrl.serve.env.eval import eval_served
 

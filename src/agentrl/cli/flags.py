@@ -23,6 +23,42 @@ NEGATIVE_HELP: dict[str, str] = {
 }
 
 
+# TRL / transformers names of the same knobs, accepted as aliases (shown beside the flag in help); the TRL
+# names that mean something else get a hint instead (agentrl.cli.args.TRL_HINTS)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "model": ("--model-name-or-path",), "dtype": ("--torch-dtype",), "out": ("--output-dir",),
+    "lr": ("--learning-rate",), "group_size": ("--num-generations",), "kl_coef": ("--beta",),
+    "steps": ("--max-steps",), "checkpoint_every": ("--save-steps",), "keep_checkpoints": ("--save-total-limit",),
+    "eval_every": ("--eval-steps",), "epochs": ("--num-iterations",), "clip_low": ("--epsilon",),
+    "clip_high": ("--epsilon-high",), "mask_truncated": ("--mask-truncated-completions",),
+}
+
+# the help sections of the RLConfig flags, in help order; a field named in none goes to the last one
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("model", ("model", "tokenizer", "chat_template", "dtype", "device", "cpu_threads", "allow_download",
+               "gradient_checkpointing",
+               "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch",
+               "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_merge")),
+    ("tasks and environment", ("env", "tasks", "families", "train_size", "randomize_names", "max_turns",
+                               "max_edits", "max_observation_chars", "reward_includes_shown_test", "agent",
+                               "agent_timeout_s", "agent_max_calls", "agent_isolation", "agent_binary")),
+    ("sampling", ("group_size", "prompts_per_step", "max_new_tokens", "max_context_tokens", "gen_batch", "sampler",
+                  "temperature", "top_k", "top_p", "thinking")),
+    ("optimisation", ("steps", "max_train_s", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
+                      "minibatches", "micro", "micro_tokens", "lr", "weight_decay", "max_grad_norm",
+                      "mask_truncated", "logprob_chunk_rows", "pack_rows", "compile_layers")),
+    ("evaluation", ("eval_families", "eval_size", "eval_n", "eval_every", "n_boot", "alpha")),
+    ("output", ("preset", "out", "seed", "checkpoint_every", "keep_checkpoints", "resume", "report_to")),
+    ("scale", ("async_rollouts", "max_staleness", "is_correction", "is_cap", "rollout_workers", "worker_launcher",
+               "ray_graders")),
+)
+
+
+def group_of(name: str) -> str:
+    """The help section (GROUPS) of the RLConfig field `name`; the last section for a field in none."""
+    return next((title for title, names in GROUPS if name in names), GROUPS[-1][0])
+
+
 def _str_to_bool(v: str) -> bool:
     """`true/false/yes/no/t/f/y/n/1/0` (any case) -> bool; else argparse.ArgumentTypeError."""
     s = str(v).lower()
@@ -38,6 +74,9 @@ def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, h
     and `help` (default: the field's `help` metadata). Booleans take `--flag [true|false]` (bare `--flag` =
     true) and `--no-flag`; fields with `choices` metadata or a Literal type get choices."""
     flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
+    for alias in ALIASES.get(f.name, ()):  # TRL's spelling, dashed and underscored
+        twin = "--" + alias[2:].replace("-", "_")
+        flags += [alias] + ([twin] if twin != alias else [])
     help_ = f.metadata["help"] if help is None else help
     if kind is bool:
         parser.add_argument(*flags, type=_str_to_bool, nargs="?", const=True, default=default,
@@ -63,8 +102,10 @@ class RLConfigParser(AgentrlParser):
         return (config_from_args(self.parse_args(args)),)
 
 
-def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
-    """Add one `--flag` (dashed, with an underscore twin) per RLConfig field not in `exclude`.
+def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = (), help: dict[str, str] | None = None) -> None:  # noqa: A002
+    """Add one `--flag` (dashed, with an underscore twin, and TRL's name where ALIASES has one) per RLConfig
+    field not in `exclude`, in the argument groups of GROUPS; `help` replaces the help text of the fields
+    it names (e.g. eval's wording of --families).
 
     Booleans take `--flag [true|false]` (bare `--flag` = true) and `--no-flag` with its own help
     (NEGATIVE_HELP); Literal fields get `choices`, and so do fields whose metadata names them (the sampler,
@@ -74,11 +115,12 @@ def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = ()) -> None:
     Standard library only: no transformers import while the CLI builds its parsers.
     """
     hints = typing.get_type_hints(RLConfig)
+    groups = {title: parser.add_argument_group(title) for title, _ in GROUPS}
     for f in dataclasses.fields(RLConfig):
         if f.name in exclude:
             parser.set_defaults(**{f.name: f.default})
             continue
-        add_field_flag(parser, f, hints[f.name], f.default)
+        add_field_flag(groups[group_of(f.name)], f, hints[f.name], f.default, (help or {}).get(f.name))
 
 
 def rlconfig_parser(*, add_help: bool = True, exclude: tuple[str, ...] = ()) -> RLConfigParser:

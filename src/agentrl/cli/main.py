@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = AgentrlParser(prog="agentrl", description="Train LLM coding agents with RL (GRPO).")
     parser.add_argument("--version", action="version", version=f"agentrl {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="the command (`agentrl COMMAND --help` for its flags)")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

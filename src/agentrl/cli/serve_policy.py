@@ -25,13 +25,17 @@ POLICY_DEFAULTS = argparse.Namespace(model="tiny-qwen3", tokenizer=None, dtype="
 def register(subparsers: Any) -> None:
     """Add `serve-policy` to the agentrl command line."""
     p = subparsers.add_parser("serve-policy", help="serve the policy as OpenAI chat completions, recording "
-                              "every call's token ids and sampler log-probs per rollout (API key = rollout id)")
+                              "every call's token ids and sampler log-probs per rollout (API key = rollout id)",
+                              description="An OpenAI-compatible /v1/chat/completions endpoint for --model (a run "
+                              "folder runs/x, a checkpoint or any model train takes) that records each call's token "
+                              "ids and sampler log-probs per rollout (API key = rollout id); traces at "
+                              "GET /rollouts/<id>/trace.")
     add_policy_flags(p, POLICY_DEFAULTS, only=("model", "tokenizer", "dtype", "device", "allow_download"))
     from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
     p.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port to bind")
     p.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
     p.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
     p.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")

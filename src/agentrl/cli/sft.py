@@ -15,10 +15,23 @@ from agentrl.models.dtypes import DTYPE_HELP
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.run import SFTRunConfig, run_sft
 
+# the SFTConfig fields' help (their docstring's Attributes, as flag help)
+SFT_HELP: dict[str, str] = {
+    "epochs": "passes over the trajectories", "lr": "AdamW peak learning rate (linear warmup, cosine decay)",
+    "batch": "trajectories per optimizer step", "micro": "trajectories per forward/backward (same gradient)",
+    "max_tokens": "trajectories longer than this (prompt + completion tokens) are dropped",
+    "warmup_steps": "linear warmup steps of the learning rate",
+    "min_lr_ratio": "the cosine decay ends at this fraction of --lr", "max_grad_norm": "global gradient-norm clip "
+    "(<= 0 = off)", "weight_decay": "AdamW decoupled weight decay", "seed": "seed of the shuffling order",
+}
+
 
 def register(subparsers: Any) -> None:
     """Add `sft` to the agentrl command line."""
-    p = subparsers.add_parser("sft", help="supervised warm start on expert trajectories (or a JSONL file)")
+    p = subparsers.add_parser("sft", help="supervised warm start on expert trajectories (or a JSONL file)",
+                              description="Supervised fine-tuning on scripted-expert episodes of --env (or a JSONL "
+                              "of trajectories); writes a model folder that `agentrl train --model`, eval and smoke "
+                              "load. --model takes a run folder (runs/x) as well.")
     d, s = SFTRunConfig(), SFTConfig()
     p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
     add_policy_flags(p, d, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
@@ -30,13 +43,14 @@ def register(subparsers: Any) -> None:
                    help="task source the expert plays: bugfix (default) | wordle | another train --tasks source")
     p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
     p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
-    p.add_argument("--split", default=d.split, choices=("train", "heldout"))
+    p.add_argument("--split", default=d.split, choices=("train", "heldout"), help="split of --tasks the expert plays")
     p.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
-    p.add_argument("--max-turns", type=int, default=d.max_turns)
+    p.add_argument("--max-turns", type=int, default=d.max_turns, help="maximum assistant turns per expert episode")
     p.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
     p.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
     p.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
-    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute activations in backward (less memory, more time)")
     p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
     p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
     p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
@@ -54,7 +68,8 @@ def register(subparsers: Any) -> None:
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name))
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name),
+                       help=SFT_HELP[f.name])
     p.set_defaults(func=main)
 
 

@@ -12,16 +12,28 @@ from agentrl.cli.args import positive_int
 from agentrl.cli.flags import add_policy_flags
 from agentrl.rollout.smoke import SmokeConfig, run_smoke
 
+SMOKE_HELP: dict[str, str] = {
+    "episodes": "Held-out episodes to run.", "max_turns": "Maximum assistant turns per episode.",
+    "max_new_tokens": "Maximum sampled tokens per assistant turn.", "gen_batch": "Episodes per generate call.",
+    "max_context_tokens": "Prompt + completion token budget per episode.", "show": "Transcripts to print.",
+    "seed": "Seed of the tasks, function names and sampling.",
+}
+
 
 def register(subparsers: Any) -> None:
     """Add `smoke` to the agentrl command line."""
-    p = subparsers.add_parser("smoke", help="check template and tools, run a few held-out episodes, print transcripts")
+    p = subparsers.add_parser(
+        "smoke", help="check template and tools, run a few held-out episodes, print transcripts",
+        description="Check that --model's chat template renders --env's tools and round-trips token ids, run a few "
+        "held-out episodes and print their transcripts, end reasons, reward and tool-call counts. Takes a run "
+        "folder (runs/x), a checkpoint or any model `agentrl train --model` takes.")
     d = SmokeConfig()
-    add_policy_flags(p, d)
-    p.add_argument("--env", default=d.env, help="environment name (default coding-tools)")
+    add_policy_flags(p.add_argument_group("model"), d)
+    episodes = p.add_argument_group("episodes")
+    episodes.add_argument("--env", default=d.env, help="Environment name (see `agentrl env list`).")
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
         kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
-        p.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name))
+        episodes.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=SMOKE_HELP[name])
     p.set_defaults(func=main)
 
 

@@ -26,7 +26,7 @@ def _common(p: argparse.ArgumentParser, n_default: int | None) -> None:
 def register(subparsers) -> None:
     """Add `agentrl tasks ...` to the top-level CLI."""
     tasks = subparsers.add_parser("tasks", help="generate, inspect, export and check bug-fix tasks")
-    sub = tasks.add_subparsers(dest="tasks_command", metavar="ACTION")
+    sub = tasks.add_subparsers(dest="tasks_command", metavar="ACTION", help="what to do")
     tasks.set_defaults(func=lambda args: (tasks.print_help(), 2)[1])
 
     p = sub.add_parser("list", help="list families, or with --n the generated tasks")

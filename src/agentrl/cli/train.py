@@ -14,17 +14,20 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     """Add `train` (every RLConfig field as a flag)."""
+    from agentrl.cli.config_file import add_config_flags
     from agentrl.cli.flags import add_rlconfig_flags
 
     p = subparsers.add_parser(
         "train", help="GRPO training with held-out evaluation before and after",
+        usage="%(prog)s [--preset NAME] [--config FILE.yaml] [--model MODEL] [--env ENV] [--out DIR] [options]",
         description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume): --preset demo "
         "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 3 minutes on 2 CPU "
         "cores). Other flags without --preset start from the plain defaults shown below; `--preset demo --help` "
         "shows the preset's.",
     )
     add_rlconfig_flags(p)
-    p.defaults_from_argv = preset_defaults
+    add_config_flags(p)
+    p.defaults_from_argv = train_defaults
     p.set_defaults(func=main)
 
 
@@ -49,6 +52,17 @@ def preset_defaults(argv: list[str]) -> dict[str, Any]:
     return {**PRESETS[name], "preset": name} if name in PRESETS else {}
 
 
+def train_defaults(argv: list[str]) -> dict[str, Any]:
+    """The defaults of `agentrl train ARGV`: the preset's (preset_defaults; a `preset:` key of the --config
+    file counts as `--preset`), then the --config file's values on top; flags given override both."""
+    from agentrl.cli.config_file import config_file_defaults
+
+    file = config_file_defaults(argv)
+    if file.get("preset") and not any(a == "--preset" or a.startswith("--preset=") for a in argv):
+        argv = [*argv, "--preset", file["preset"]]
+    return {**preset_defaults(argv), **file}
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl train`: data parallel under torchrun, rollout workers / Ray graders when asked,
     else one process (module docstring)."""
@@ -56,6 +70,13 @@ def main(args: argparse.Namespace) -> int:
     from agentrl.scale.context import launched_by_torchrun
 
     cfg = config_from_args(args)
+    if args.print_config:
+        from agentrl.cli.config_file import dump_config
+
+        print(dump_config(cfg), end="")
+        return 0
+    if line := start_line(cfg):
+        print(line, flush=True)
     if launched_by_torchrun():
         from agentrl.scale.train import train_data_parallel
 
@@ -69,6 +90,20 @@ def main(args: argparse.Namespace) -> int:
         print(f"results: {train_scaled(cfg)}")
         return 0
     return train_single(cfg)
+
+
+def start_line(cfg: Any) -> str | None:
+    """For a run without a preset: one line naming what it starts from (model, env, warm start) and what
+    would show learning; None for a preset's run (its description says)."""
+    from agentrl.models.presets import MODEL_PRESETS
+
+    if cfg.preset:
+        return None
+    line = f"train: no --preset: --model {cfg.model} in --env {cfg.env}, --tasks {cfg.tasks}, warm start {cfg.warm_start}"
+    if cfg.model in MODEL_PRESETS and cfg.warm_start == "none" and not cfg.agent:
+        return line + (f"; {cfg.model} has random weights and writes no tool calls, so every reward is 0 and no "
+                       "update happens: add --warm-start sft, or run `agentrl train --preset demo` to see learning")
+    return line + "; learning shows as a paired after - before interval above 0 (printed at the end)"
 
 
 def train_single(cfg: Any) -> int:

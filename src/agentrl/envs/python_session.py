@@ -188,5 +188,6 @@ ENV_SPEC = EnvSpec(
     summary="run_python in a persistent sandboxed session; reward = fraction of hidden tests passed",
     task_sources="function-writing problems (--tasks mbpp | humaneval, or bugfix)",
     accepts=lambda task: task.family != "wordle",
+    default_tasks="mbpp",
     end_reasons=("final_answer", "out_of_turns"),
 )

@@ -53,6 +53,8 @@ class EnvSpec:
         random_op_expert: the expert honours `random_op=True` (plays its procedure with a random edit).
         common_fields: the run-config fields passed to every constructor (default COMMON_CONFIG_FIELDS);
             an environment whose constructor lacks one lists fewer.
+        default_tasks: the task source it runs when none is chosen (`agentrl serve` without --tasks; a run
+            whose --tasks is the default source when this environment cannot run that source).
     """
 
     name: str
@@ -65,6 +67,7 @@ class EnvSpec:
     config_kwargs: Callable[[Any], dict[str, Any]] = _no_extra_kwargs
     random_op_expert: bool = False
     common_fields: tuple[str, ...] = field(default=COMMON_CONFIG_FIELDS)
+    default_tasks: str = "bugfix"
 
     def __post_init__(self) -> None:
         if not self.name or getattr(self.cls, "name", None) != self.name:

@@ -176,4 +176,5 @@ ENV_SPEC = EnvSpec(
     accepts=lambda task: task.family == "wordle",
     end_reasons=("solved", "out_of_guesses", "final_answer", "out_of_turns"),
     config_kwargs=_config_kwargs,
+    default_tasks="wordle",
 )

@@ -195,6 +195,11 @@ def load_policy(
             raise FileNotFoundError(f"model path {str(p)!r} does not exist")
         name_or_path = resolve_model_dir(name_or_path)  # a checkpoint dir -> its model/ subfolder
         p = Path(name_or_path).expanduser()
+        if p.is_dir() and not (p / "config.json").is_file() and (p / "results.json").is_file():
+            ckpts = sorted((p / "checkpoints").glob("step_*")) if (p / "checkpoints").is_dir() else []
+            raise FileNotFoundError(
+                f"run folder {str(p)!r} has no model/: the run did not finish (a run writes <out>/model at its "
+                f"end)" + (f"; its latest checkpoint: {ckpts[-1]}" if ckpts else "; it saved no checkpoints"))
         if p.is_dir() and not (p / "config.json").is_file():
             raise FileNotFoundError(
                 f"model folder {str(p)!r} has no config.json; expected a folder written by save_pretrained, "
@@ -225,6 +230,9 @@ def _load_adapter_policy(folder: Path, dtype: str, device: str, allow_download: 
     base, seed = adapter_base(folder)
     model, _ = load_policy(base, "fp32", device, allow_download, seed=seed)  # merged in fp32, then cast
     model = load_adapter_into(model, folder).to(resolve_torch_dtype(dtype, base, allow_download=allow_download))
+    # peft froze the base to train the adapters; merged, it is a plain model again, trainable like any other
+    # loaded one (`agentrl sft/train --model <LoRA run>` had an empty parameter list)
+    model.requires_grad_(True)
     tok = load_tokenizer(tokenizer_path or folder, allow_download=allow_download)
     if chat_template:
         from agentrl.chat.bundled import apply_chat_template

@@ -155,8 +155,10 @@ class LineProgress:
     def advance(self, task_id: int, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
 
-    def remove_task(self, task_id: int) -> None:
-        self._report(task_id, "done")
+    def remove_task(self, task_id: int, event: str = "done") -> None:
+        """End a phase with a last line marked `event` ("done"; "interrupted" or "failed" for a phase that
+        stopped early)."""
+        self._report(task_id, event)
         with self._lock:
             self._tasks.pop(task_id, None)
 
@@ -169,7 +171,8 @@ class LineProgress:
         unit = f" {t['unit']}" if t["unit"] else ""
         if total:
             left = (total - done) / rate if rate > 0 else float("inf")
-            return (f"{t['description']}: {done:g}/{total:g}{unit} ({100 * done / total:.0f}%), {rate:.2f}/s, "
+            count = f"{done:g}" if float(done).is_integer() else f"{done:.1f}"  # per-turn progress is fractional
+            return (f"{t['description']}: {count}/{total:g}{unit} ({100 * done / total:.0f}%), {rate:.2f}/s, "
                     f"elapsed {_duration(elapsed)}, ETA {_duration(left)}")
         return f"{t['description']}: {done:g}{unit}, {rate:.2f}/s, elapsed {_duration(elapsed)}"
 
@@ -188,6 +191,16 @@ class LineProgress:
                 due = inner is not None and time.monotonic() - self._tasks[inner]["last"] >= self.interval_s
             if due:
                 self._report(inner)
+
+
+def end_phase(bars: Any, task_id: int, error: BaseException | None = None) -> None:
+    """Remove the phase `task_id` from `bars` (a LineProgress or rich Progress), its last line saying how it
+    ended: done, or interrupted (Ctrl-C, SIGTERM) / failed when `error` stopped it."""
+    if not isinstance(bars, LineProgress):
+        bars.remove_task(task_id)
+        return
+    event = "done" if error is None else "interrupted" if isinstance(error, KeyboardInterrupt | SystemExit) else "failed"
+    bars.remove_task(task_id, event)
 
 
 def progress(transient: bool = False, *, interval_s: float | None = None) -> Any:

@@ -200,6 +200,19 @@ def no_phone_home() -> None:
         os.environ.setdefault(key, value)
 
 
+def tracker_location(kind: str, out: Path) -> str:
+    """One line saying where tracker `kind` (tensorboard, trackio, wandb) of the run folder `out` writes its
+    files and how to look at them."""
+    out = Path(out)
+    if kind == "tensorboard":
+        return f"tensorboard: event files in {out / 'tensorboard'} (view: tensorboard --logdir {out / 'tensorboard'})"
+    if kind == "trackio":
+        return f"trackio: local store in {out / 'trackio'}"
+    if kind == "wandb":
+        return f"wandb: offline run in {out / 'wandb'} (upload later: wandb sync {out / 'wandb'}/offline-run-*)"
+    raise ValueError(f"tracker_location: no files for --report-to {kind!r}")
+
+
 def open_tracker(kind: str, out: Path, *, config: dict[str, Any], name: str | None = None) -> Tracker:
     """The tracker `kind` (one of REPORT_TO) writing under the run folder `out`.
 
@@ -216,6 +229,7 @@ def open_tracker(kind: str, out: Path, *, config: dict[str, Any], name: str | No
                          f"(scripts/setup.sh installs it)")
     out = Path(out)
     name = name or out.name
+    log.info("%s", tracker_location(kind, out))
     if kind == "tensorboard":
         return TensorBoardTracker(out / "tensorboard", config)
     if kind == "trackio":

@@ -16,7 +16,9 @@ from typing import Any, Protocol
 import torch
 
 from agentrl.envs import make_env
+from agentrl.report.log import end_phase
 from agentrl.rl.checkpoint import prune_checkpoints, save_checkpoint
+from agentrl.rl.run_record import run_record
 from agentrl.rl.run_setup import env_kwargs
 from agentrl.rl.update import minibatch_step
 from agentrl.rollout.driver import RolloutConfig, bind_sampler, run_episodes
@@ -79,6 +81,7 @@ class LocalBackend:
         bar = sess.progress.add_task(label, total=len(tasks), unit="episodes") if sess.progress is not None else None
         on_progress = None if bar is None else (lambda done, total: sess.progress.update(bar, completed=done))
         gids = list(group_ids) if group_ids is not None else None
+        error: BaseException | None = None
         try:
             if cfg.agent:
                 return sess.agent_for(model, sampler)(tasks, seed=seed, group_ids=gids, policy_version=policy_version,
@@ -88,9 +91,12 @@ class LocalBackend:
             pairs = [(make_env(cfg.env, **env_kwargs(cfg, sess.sandbox)), t) for t in tasks]
             return run_episodes(model, sess.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=sampler, group_ids=gids,
                                 policy_version=policy_version, on_progress=on_progress)
+        except BaseException as e:
+            error = e
+            raise
         finally:
             if bar is not None:
-                sess.progress.remove_task(bar)
+                end_phase(sess.progress, bar, error)
 
     def update(self, batch: Any, *, group_ids: Sequence[int], generator: torch.Generator | None,
                minibatches: int) -> dict[str, float]:
@@ -108,7 +114,7 @@ class LocalBackend:
         if not every or (step % every and step != sess.cfg.steps and not final):
             return None
         path = save_checkpoint(sess.out / "checkpoints", step, sess.model, sess.optimizer, extra={"step": step},
-                               tokenizer=sess.tokenizer)
+                               tokenizer=sess.tokenizer, run_record=run_record(sess.cfg, step))
         if sess.cfg.keep_checkpoints:
             prune_checkpoints(sess.out / "checkpoints", sess.cfg.keep_checkpoints)
         return path

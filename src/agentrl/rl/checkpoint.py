@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from agentrl.report.results import fsync_path
+from agentrl.rl.run_record import write_run_record
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 FORMAT_VERSION = 1
@@ -56,7 +57,9 @@ def set_rng_state(py: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
                 torch.cuda.set_rng_state(tensors[f"torch_cuda_{i}"], i)
 
 
-def _save_model(model: nn.Module, path: Path) -> None:
+def save_model(model: nn.Module, path: Path) -> None:
+    """Write `model` into the new folder `path`: a peft LoRA model's adapters with agentrl_lora.json (its
+    base), an HF model by save_pretrained, any other nn.Module as state_dict.pt."""
     from agentrl.models.lora import is_lora, save_adapter
 
     if is_lora(model):  # the adapters only, with the base they belong to
@@ -69,7 +72,8 @@ def _save_model(model: nn.Module, path: Path) -> None:
 
 
 def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    *, extra: dict[str, Any] | None = None, tokenizer: Any = None) -> Path:
+                    *, extra: dict[str, Any] | None = None, tokenizer: Any = None,
+                    run_record: dict[str, Any] | None = None) -> Path:
     """Write checkpoint `step` under `root` atomically and return its directory.
 
     Args:
@@ -81,6 +85,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
         extra: JSON-serialisable state of the loop (e.g. task-sampler position), stored in meta.json.
         tokenizer: saved beside the weights (save_pretrained) so `<dir>/model` loads as a model path
             (`agentrl eval --model runs/x/checkpoints/step_000010/model`).
+        run_record: agentrl.rl.run_record.run_record's dict, written as model/agentrl_run.json (the
+            environment, tasks and settings `agentrl eval --model <checkpoint>` reuses).
 
     Raises:
         ValueError: negative step; TypeError: `extra` not JSON-serialisable.
@@ -93,9 +99,11 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
     tmp = root / f".tmp-step_{step:06d}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        _save_model(model, tmp / "model")
+        save_model(model, tmp / "model")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
+        if run_record is not None:
+            write_run_record(tmp / "model", run_record)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         py, tensors = rng_state()
         (tmp / "rng.json").write_text(json.dumps(py))

@@ -40,6 +40,23 @@ def _f(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa:
     return field(default=default, metadata=meta)
 
 
+# Named presets: RLConfig field values replacing the defaults (agentrl train --preset NAME; flags given on
+# the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
+# Qwen3 with the demo's trimmed vocabulary (demo-qwen3: a 1,644-wide softmax, docs/design.md "The demo's
+# vocabulary") learns the tool-call format from scripted experts that pick the edit at random (SFT), then
+# GRPO learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
+# paired task-level interval. Sized for 2 CPU cores: about 200 CPU-s (results/README.md, "The main job").
+# Temperature 0.7, not the write-up's 1.0: at 1.0 it learned about half as much (docs/design.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "model": "demo-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
+        "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
+        "warm_start_batch": 4, "temperature": 0.7,
+        "steps": 20, "prompts_per_step": 8, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
+        "micro": 8, "gen_batch": 32, "eval_size": 24, "eval_n": 4, "cpu_threads": 1,
+    },
+}
+
 @dataclass
 class RLConfig:
     """The full configuration of one `agentrl train` run (printed and stored in the results file).
@@ -54,7 +71,8 @@ class RLConfig:
                                   "'smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct', 'qwen2.5-coder-1.5b-instruct' "
                                   "(`agentrl assets fetch NAME`).")
     env: str = _f("coding-tools", _env_help())
-    tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | a path.")
+    tasks: str = _f("bugfix", "Task source: bugfix (generated bug-fix families) | mbpp | humaneval | wordle | a "
+                              "path. Left at bugfix, an --env that cannot run it uses its own (wordle: wordle).")
     families: str = _f("", "Comma-separated bug-fix families to train on (empty = all); see `agentrl tasks list`.")
     eval_families: str = _f("", "Comma-separated bug-fix families of the held-out set (empty = the --families, or "
                                 "the write-up's five). Families never trained on measure transfer to unseen bugs.")
@@ -169,7 +187,8 @@ class RLConfig:
     preset: str = _f("", "Named preset whose values replace the defaults of every flag not given: '' (none) | "
                          "demo (demo-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
                          "agentrl.rl.config.PRESETS). `agentrl train` with no flags (or only --seed, --out, "
-                         "--resume) runs --preset demo.")
+                         "--resume) runs --preset demo.",
+                     ("", *PRESETS))
     steps: int = _f(3, "Training steps (each: sample B*G episodes, then update).")
     max_train_s: float = _f(0.0, "Wall-clock budget in seconds for the training steps (0 = none): no new step "
                             "starts once it has passed; the evaluation after, the paired difference and the "
@@ -333,23 +352,6 @@ class RLConfig:
         return cls(**values)
 
 
-# Named presets: RLConfig field values replacing the defaults (agentrl train --preset NAME; flags given on
-# the command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random
-# Qwen3 with the demo's trimmed vocabulary (demo-qwen3: a 1,644-wide softmax, docs/design.md "The demo's
-# vocabulary") learns the tool-call format from scripted experts that pick the edit at random (SFT), then
-# GRPO learns which edit fixes each family's bug; held-out pass@1 before (after SFT) and after GRPO, with a
-# paired task-level interval. Sized for 2 CPU cores: about 200 CPU-s (results/README.md, "The main job").
-# Temperature 0.7, not the write-up's 1.0: at 1.0 it learned about half as much (docs/design.md).
-PRESETS: dict[str, dict[str, Any]] = {
-    "demo": {
-        "model": "demo-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
-        "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
-        "warm_start_batch": 4, "temperature": 0.7,
-        "steps": 20, "prompts_per_step": 8, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
-        "micro": 8, "gen_batch": 32, "eval_size": 24, "eval_n": 4, "cpu_threads": 1,
-    },
-}
-
 # fields `agentrl eval` does not take: they only shape the optimization (eval keeps their defaults)
 TRAIN_ONLY: tuple[str, ...] = (
     "train_size", "group_size", "prompts_per_step", "adv_mode", "clip_low", "clip_high", "kl_coef", "epochs",
@@ -358,6 +360,8 @@ TRAIN_ONLY: tuple[str, ...] = (
     "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.scale's training sessions
     "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",
     "pack_rows", "compile_layers",  # the update's trunk (agentrl.rl.packing, rl.update.compile_decoder_layers)
+    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_merge",  # a LoRA folder loads as it is
+    "async_rollouts", "max_staleness", "is_correction", "is_cap",  # rollouts overlapping updates
 )
 
 

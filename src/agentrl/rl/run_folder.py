@@ -100,12 +100,13 @@ def resume_hint(cfg: RLConfig, out: Path) -> str:
     return f"to resume from {ckpt.name}: {cli_command(cfg, resume=True)}"
 
 
-def start_run_folder(cfg: RLConfig, out: Path, tasks: TaskSets) -> None:
+def start_run_folder(cfg: RLConfig, out: Path, tasks: TaskSets, log_name: str = "train.log") -> None:
     """Make `out` this run's folder: an earlier run's output moved aside (not on --resume), the folder made,
-    train.log opened with the config and the task counts. Call it after every input is loaded and checked."""
+    its log (`log_name`: train.log, `agentrl eval`'s eval.log) opened with the config and the task counts.
+    Call it after every input is loaded and checked."""
     archived = None if cfg.resume else archive_previous(out, "results.json")
     out.mkdir(parents=True, exist_ok=True)
-    logger = setup_logging(out / "train.log")
+    logger = setup_logging(out / log_name)
     if archived:
         log.info("an earlier run in %s was moved to %s", out, archived)
     log_config(logger, cfg.to_dict())

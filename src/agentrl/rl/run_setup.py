@@ -124,6 +124,7 @@ class RunPlan:
     cfg: RLConfig
     out: Path
     tasks: TaskSets
+    notes: tuple[str, ...] = ()  # choices made for the user, logged once the run's log is open
 
 
 def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
@@ -143,7 +144,15 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
         raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
     out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
     resolve_device(cfg.device)
-    tasks = run_task_sets(cfg)
+    tasks, notes = run_task_sets(cfg), []
+    default_source = RLConfig.__dataclass_fields__["tasks"].default
+    spec = get_spec(cfg.env)
+    if cfg.tasks == default_source and spec.default_tasks != default_source and \
+            not spec.accepts((tasks.train or tasks.heldout)[0]):
+        notes.append(f"--env {cfg.env} cannot run --tasks {cfg.tasks}: using its own task source, --tasks "
+                     f"{spec.default_tasks}")
+        cfg.tasks = spec.default_tasks
+        tasks = run_task_sets(cfg)
     if cfg.steps and not tasks.train:
         raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
     check_env_fits_tasks(cfg.env, tasks)
@@ -153,4 +162,4 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
     if cfg.agent:
         check_agent(cfg, tasks)
     check_warm_start(cfg)
-    return RunPlan(cfg, out, tasks)
+    return RunPlan(cfg, out, tasks, tuple(notes))

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,7 @@ from agentrl.report.log import progress
 from agentrl.report.trackers import open_tracker
 from agentrl.rl.agent_backends import agent_factory
 from agentrl.rl.backend import LocalBackend
+from agentrl.rl.checkpoint import save_model
 from agentrl.rl.config import RLConfig
 from agentrl.rl.run_folder import (
     exclusive,
@@ -33,6 +37,7 @@ from agentrl.rl.run_folder import (
     sigterm_interrupts,
     start_run_folder,
 )
+from agentrl.rl.run_record import run_record, write_run_record
 from agentrl.rl.run_setup import RunPlan, load_inputs, plan_run
 from agentrl.rl.training_state import build_training_state
 from agentrl.rollout.driver import bind_sampler
@@ -71,6 +76,7 @@ class RunSession:
     registered_sampler: bool = False  # the sampler is the registered --sampler built for `model` (rebuilt for copies)
     agents: dict[int, Any] = field(default_factory=dict)  # agent backends, one per rollout model (by id)
     main_process: bool = True  # False on the other ranks of a data-parallel run (agentrl.scale): they write nothing
+    log_path: Path | None = None  # the run's log file (<out>/train.log; agentrl eval: <out>/eval.log)
     backend: Any = None  # the execution strategy (agentrl.rl.backend.Backend); LocalBackend(self) unless a strategy sets one
 
     @property
@@ -145,6 +151,28 @@ class RunSession:
         self.agents.clear()
 
     # -- persistence ------------------------------------------------------------------------------
+    def export_model(self, step: int) -> Path | None:
+        """Write the run's final model to `<out>/model` (main process only; else None) and return it: an HF
+        folder with the tokenizer and chat template (for LoRA the adapters and agentrl_lora.json naming the
+        base) and agentrl_run.json (agentrl.rl.run_record) recording the environment, tasks and settings
+        after `step` completed steps. Written beside, then renamed: a crash leaves no half model."""
+        if not self.main_process:
+            return None
+        path = self.out / "model"
+        tmp = self.out / f".tmp-model-{uuid.uuid4().hex[:8]}"
+        try:
+            save_model(self.model, tmp)
+            self.tokenizer.save_pretrained(tmp)
+            write_run_record(tmp, run_record(self.cfg, step))
+            if path.exists():  # a resumed run that had finished once: the newer model wins
+                shutil.rmtree(path)
+            os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        log.info("model: %s (load it with --model %s)", path, self.out)
+        return path
+
     def export_merged(self) -> Path | None:
         """With --lora-merge and LoRA: write `<out>/merged` (adapters merged into a plain model, and the
         tokenizer) and return it; else None."""
@@ -160,7 +188,7 @@ class RunSession:
     @classmethod
     @contextlib.contextmanager
     def open(cls, cfg: RLConfig, *, sampler: Any = None, make_sandbox: Callable[[RLConfig], Any] | None = None,
-             scaled: bool = False) -> Iterator[RunSession]:
+             scaled: bool = False, log_name: str = "train.log") -> Iterator[RunSession]:
         """Build the session; on exit close the sandbox and mark the results file failed/interrupted if
         the run did not finish (the file keeps every completed step).
 
@@ -173,6 +201,7 @@ class RunSession:
             make_sandbox: builds the run's sandbox from the config (default agentrl.sandbox.Sandbox();
                 agentrl.scale's Ray graders pass theirs).
             scaled: an agentrl.scale strategy runs this session (--rollout-workers / --ray-graders need one).
+            log_name: the run's log file in `cfg.out` (`agentrl eval`: eval.log).
 
         Raises:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
@@ -180,12 +209,13 @@ class RunSession:
         plan = plan_run(cfg, scaled=scaled)
         plan.out.parent.mkdir(parents=True, exist_ok=True)
         with exclusive(plan.out), sigterm_interrupts(), torch_cpu_threads(cfg):
-            with cls._started(plan, sampler, make_sandbox or default_sandbox) as sess:
+            with cls._started(plan, sampler, make_sandbox or default_sandbox, log_name) as sess:
                 yield sess
 
     @classmethod
     @contextlib.contextmanager
-    def _started(cls, plan: RunPlan, sampler: Any, make_sandbox: Callable[[RLConfig], Any]) -> Iterator[RunSession]:
+    def _started(cls, plan: RunPlan, sampler: Any, make_sandbox: Callable[[RLConfig], Any],
+                 log_name: str = "train.log") -> Iterator[RunSession]:
         cfg, out, tasks = plan.cfg, plan.out, plan.tasks
         sandbox = make_sandbox(cfg)
         try:  # every input is loaded and checked before an earlier run in `out` is touched
@@ -193,7 +223,9 @@ class RunSession:
         except BaseException:
             sandbox.close()
             raise
-        start_run_folder(cfg, out, tasks)
+        start_run_folder(cfg, out, tasks, log_name)
+        for note in plan.notes:
+            log.info("%s", note)
         sess = None
         try:
             log.info("model %s on %s in %s (--dtype %s)", cfg.model, inputs.device, inputs.dtype, cfg.dtype)
@@ -202,6 +234,7 @@ class RunSession:
             sess = cls(cfg=cfg, out=out, model=state.model, tokenizer=inputs.tokenizer, optimizer=state.optimizer,
                        sandbox=sandbox, tasks=tasks, results=results, device=inputs.device,
                        start_step=state.start_step, ref_model=state.ref_model)
+            sess.log_path = out / log_name
             sess.attach_sampler(sampler)
             sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
             with progress(transient=True) as bars:

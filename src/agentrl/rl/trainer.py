@@ -170,7 +170,8 @@ def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
     """Evaluate the fixed held-out set (eval_n episodes per task) and record it in the results file, with one
     transcript per task (kind `heldout_<label>`) for the "before", "after" and `agentrl eval`'s "eval"."""
     cfg = sess.cfg
-    rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=f"eval {label}",
+    phase = "evaluation" if label == "eval" else f"eval {label}"  # `agentrl eval`'s one evaluation
+    rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=phase,
                                            policy_version=step),
                    sess.tasks.heldout, cfg.eval_n, bootstrap_config(cfg))
     if label in ("before", "after", "eval"):
@@ -181,10 +182,11 @@ def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
     ev = sess.results.add_evaluation(label, step=step, report=rep)
     if sess.tracker is not None and label != "after":  # "after" is logged with its paired difference
         sess.tracker.log(eval_metrics(ev), step)
-    log.info("evaluation %-7s at step %d: pass@1 %s  successes per task %s (of %s)%s", label, step,
+    name = "evaluation" if label == "eval" else f"evaluation {label:<7}"
+    log.info("%s at step %d: pass@1 %s  successes per task %s (of %s)%s", name, step,
              rep.pass_at_1.describe(), rep.successes, _trials_text(rep.trials),
              f"  unscorable episodes {rep.unscorable}" if rep.unscorable else "")
-    log.info("evaluation %-7s end reasons: %s", label, ", ".join(f"{k} {v}" for k, v in rep.end_reasons.items()))
+    log.info("%s end reasons: %s", name, ", ".join(f"{k} {v}" for k, v in rep.end_reasons.items()))
     return rep
 
 
@@ -261,13 +263,13 @@ def train(cfg: RLConfig, *, sampler: Any = None,
         steps = _async_steps(sess) if cfg.async_rollouts else _sync_steps(sess)
         done, t_train = sess.start_step, time.perf_counter()
         for step, metrics in steps:
-            sess.progress.advance(steps_bar)
             sess.results.add_step(step, metrics)
             for warning in step_warnings(sess.results.data["steps"][:-1], metrics, step=step):
                 log.warning("run health: %s", warning["message"])
                 sess.results.add_warning(warning)
             sess.tracker.log(step_metrics(metrics), step + 1)  # global step = steps completed, as in TRL
             _log_step(step, metrics)
+            sess.progress.advance(steps_bar)  # after the step's own lines: "training steps: 3/8" follows step 2
             done = step + 1
             if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
                 run_eval(sess, f"step_{done}", done)
@@ -281,6 +283,9 @@ def train(cfg: RLConfig, *, sampler: Any = None,
         if len(sess.results.data["steps"]) >= 3:
             sess.results.set("noise", run_noise(sess.results.data["steps"], sess.results.data["evaluations"]))
         sess.results.set("tool_stats", {e["label"]: e["tool_stats"] for e in sess.results.data["evaluations"]})
+        model_path = sess.export_model(done)
+        if model_path is not None:
+            sess.results.set("model_path", str(model_path))
         sess.export_merged()
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         write_plots_and_report(sess)
@@ -293,7 +298,7 @@ def evaluate_only(cfg: RLConfig) -> tuple[EvalReport, Path]:
 
     Raises: what RunSession.open raises (bad input before any work, named)."""
     cfg.steps = 0
-    with RunSession.open(cfg) as sess:
+    with RunSession.open(cfg, log_name="eval.log") as sess:
         rep = run_eval(sess, "eval", 0)
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
         write_plots_and_report(sess)
@@ -358,7 +363,7 @@ def write_plots_and_report(sess: RunSession) -> None:
     try:
         paths = plot_results(sess.results.data, plots_dir(sess.out))
         page = write_html_report(sess.results.data, sess.out / "report.html", plots=paths)
-        log.info("results: %s; log: %s; report: %s; plots in %s: %s", sess.results_path, sess.out / "train.log",
+        log.info("results: %s; log: %s; report: %s; plots in %s: %s", sess.results_path, sess.log_path,
                  page, plots_dir(sess.out), ", ".join(p.name for p in paths))
     except Exception as e:  # noqa: BLE001 - a plotting failure must not lose a finished run
         log.warning("plots/report failed (%s: %s); results are in %s", type(e).__name__, e, sess.results_path)

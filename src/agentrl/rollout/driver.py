@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,7 +273,8 @@ def run_episodes(
         sampler: replaces HF `generate` (`sample_turns` on `policy`) with another token-level sampler; if it
             has an `end_rollout()` method, it is called once all episodes have ended (a sampler may free
             state kept across turns, e.g. the FastSampler's kept KV).
-        on_progress: called with (episodes finished, episodes in all) as episodes finish (after each
+        on_progress: called with (episodes done, episodes in all) as episodes advance (episodes_done: the
+            finished ones plus each live one's share of its turn limit; after each
             sampled chunk of `gen_batch` and each tool step), e.g. for a progress bar.
         policy_version: the optimizer step whose weights sample (stored in every Trajectory).
 
@@ -293,11 +294,11 @@ def run_episodes(
     drv = _Driver(policy, tokenizer, cfg, sampler)
     gids = group_ids if group_ids is not None else list(range(len(envs_and_tasks)))
     eps = [drv.start(env, task, g, seed) for (env, task), g in zip(envs_and_tasks, gids, strict=True)]
-    finished = 0
+    finished = 0.0
 
     def on_done() -> None:
         nonlocal finished
-        now = sum(bool(e.end_reason) for e in eps)
+        now = episodes_done(eps)
         if on_progress is not None and now != finished:
             on_progress(now, len(eps))
         finished = now
@@ -310,6 +311,19 @@ def run_episodes(
             end_rollout()
         # grading (env.reward: hidden tests in the sandbox) runs concurrently across episodes, like tool calls
         return list(pool.map(lambda ep: _finish(drv, ep, policy_version), eps))
+
+
+def episodes_done(eps: Sequence[_Episode]) -> float:
+    """Progress in episodes: 1 per finished episode plus, per live one, its turns so far over its
+    environment's turn limit (at most 0.9: it may still run to the limit), so progress moves every
+    turn, not only when whole episodes end (an evaluation's episodes of up to 6 turns all end late)."""
+    done = 0.0
+    for e in eps:
+        if e.end_reason:
+            done += 1.0
+        elif (limit := getattr(e.env, "max_turns", 0)) and limit > 0:
+            done += min(len(e.turns) / limit, 0.9)
+    return round(done, 6)
 
 
 def _reward(drv: _Driver, ep: _Episode) -> float | None:

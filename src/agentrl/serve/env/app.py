@@ -15,8 +15,6 @@ if TYPE_CHECKING:  # the server module imports OpenEnv: keep this one importable
     from agentrl.serve.env.server import SessionRegistry, TaskCatalog
 
 log = logging.getLogger("agentrl.serve")
-# The task source an environment serves when --tasks is not given.
-DEFAULT_TASKS = {"python-session": "mbpp", "wordle": "wordle"}
 
 
 @dataclass
@@ -54,7 +52,10 @@ class EnvServerConfig:
 
     def task_source(self) -> str:
         """The task source to serve (`tasks`, else the environment's default)."""
-        return self.tasks or DEFAULT_TASKS.get(self.env, "bugfix")
+        from agentrl.envs import env_specs
+
+        spec = env_specs().get(self.env)
+        return self.tasks or (spec.default_tasks if spec is not None else "bugfix")
 
     def validate(self) -> None:
         """ValueError naming the first bad field."""

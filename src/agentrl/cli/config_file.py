@@ -1,0 +1,89 @@
+"""`--config FILE.yaml` and `--print-config` of the commands whose flags are RLConfig's (train, eval).
+
+`--print-config` prints the command's resolved config (preset, file and flags applied) as YAML and exits;
+`--config FILE` reads such a file back: its values become the defaults, so flags given on the command line
+override them. Keys are RLConfig field names (dashes or underscores); an unknown key is a one-line error
+naming it and the close matches. Not the config itself (agentrl.rl.config).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+from typing import Any
+
+
+def add_config_flags(parser: Any) -> None:
+    """Add `--config FILE` and `--print-config` to `parser` (an "output" argument group when it has one)."""
+    group = next((g for g in parser._action_groups if g.title == "output"), parser)
+    group.add_argument("--config", default="", metavar="FILE.yaml",
+                       help="Read flag values from a YAML file (what --print-config writes); flags given on the "
+                            "command line override it.")
+    group.add_argument("--print-config", action="store_true",
+                       help="Print the resolved config (preset, --config file and flags applied) as YAML and exit; "
+                            "`--config` reads it back.")
+
+
+def config_path(argv: list[str]) -> str | None:
+    """The value of the last `--config FILE` / `--config=FILE` in `argv`, or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The RLConfig values of the YAML file `path` ({field: value}; dashed keys read as underscored), without
+    the fields in `ignore` (a train config given to eval: its training-only keys do not apply).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close field names).
+    """
+    import yaml
+
+    from agentrl.rl.config import RLConfig
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    from agentrl.cli.flags import ALIASES
+
+    fields = [f.name for f in dataclasses.fields(RLConfig)]
+    # TRL's names are keys too (learning_rate: 1e-5 is lr), as they are flags
+    aliases = {a[2:].replace("-", "_"): name for name, names in ALIASES.items() for a in names}
+    values = {}
+    for key, value in data.items():
+        name = aliases.get(str(key).replace("-", "_"), str(key).replace("-", "_"))
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields + list(aliases), n=3, cutoff=0.6)
+            named = [c if c in fields else f"{c} (= {aliases[c]})" for c in close]
+            hint = f"; did you mean {', '.join(named)}?" if close else "; see `agentrl train --print-config`"
+            raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
+        if name not in ignore:
+            values[name] = value
+    return values
+
+
+def config_file_defaults(argv: list[str], *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The defaults `--config FILE` in `argv` gives (read_config_file), {} without the flag."""
+    path = config_path(argv)
+    return read_config_file(path, ignore=ignore) if path else {}
+
+
+def dump_config(cfg: Any, *, exclude: tuple[str, ...] = ()) -> str:
+    """`cfg` (an RLConfig) as the YAML `--config` reads: every field but `exclude`, in field order."""
+    import yaml
+
+    values = {k: v for k, v in cfg.to_dict().items() if k not in exclude}
+    return yaml.safe_dump(values, sort_keys=False, default_flow_style=False)

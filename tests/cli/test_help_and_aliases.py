@@ -1,0 +1,138 @@
+"""Help that reads like TRL's: each command's own flags, grouped; every flag with help, every command with a
+description; TRL's names accepted as aliases or answered with the right suggestion; --config FILE.yaml
+reads back what --print-config writes."""
+
+import argparse
+import re
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.cli.main import build_parser
+from agentrl.rl.config import RLConfig
+
+
+def _help(capsys, *argv):
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def _sections(text):
+    """{section title: [flags listed under it]} of an argparse help page."""
+    out, title = {}, None
+    for line in text.splitlines():
+        if re.match(r"^[a-z][a-z ]*:$", line):
+            title = line[:-1]
+            out[title] = []
+        elif title and (m := re.match(r"^  (--[a-z0-9-]+)", line)):
+            out[title].append(m.group(1))
+    return out
+
+
+def test_train_help_is_grouped_and_eval_shows_only_its_own_flags(capsys):
+    train = _sections(_help(capsys, "train"))
+    for title in ("model", "tasks and environment", "sampling", "optimisation", "evaluation", "output", "scale"):
+        assert train[title], title
+    assert "--lr" in train["optimisation"] and "--group-size" in train["sampling"] and "--out" in train["output"]
+    text = _help(capsys, "eval")
+    ev = _sections(text)
+    flags = {f for fs in ev.values() for f in fs}
+    for training_only in ("--lora-merge", "--async-rollouts", "--max-staleness", "--is-correction", "--is-cap",
+                          "--steps", "--lr", "--group-size", "--resume"):
+        assert training_only not in flags
+    assert "optimisation" not in ev and "scale" not in ev
+    assert "to train on" not in text and "held-out" in text.split("--families", 1)[1][:200]
+
+
+def _walk(parser, name="agentrl"):
+    yield name, parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub_name, sub in a.choices.items():
+                yield from _walk(sub, f"{name} {sub_name}")
+
+
+def test_every_command_has_a_description_and_every_flag_help():
+    for name, parser in _walk(build_parser()):
+        assert parser.description, name
+        for a in parser._actions:
+            if a.option_strings != ["-h", "--help"]:
+                assert a.help, (name, a.option_strings)
+
+
+def test_usage_and_options_spell_flags_alike(capsys):
+    text = _help(capsys, "report")
+    assert "--out-dir" in text.split("\n\n")[0] and "--out_dir" not in text
+
+
+@pytest.mark.parametrize("trl, ours, value", [
+    ("--output-dir", "out", "runs/x"), ("--learning-rate", "lr", 0.002), ("--num-generations", "group_size", 4),
+    ("--beta", "kl_coef", 0.05), ("--max-steps", "steps", 5), ("--save-steps", "checkpoint_every", 2),
+    ("--save-total-limit", "keep_checkpoints", 3), ("--eval-steps", "eval_every", 2),
+    ("--num-iterations", "epochs", 2), ("--epsilon", "clip_low", 0.1), ("--epsilon-high", "clip_high", 0.28),
+    ("--output_dir", "out", "runs/y"), ("--model-name-or-path", "model", "tiny-qwen3"),
+])
+def test_trl_names_are_aliases(capsys, trl, ours, value):
+    assert main(["train", trl, str(value), "--print-config"]) == 0
+    assert f"{ours}: {value}" in capsys.readouterr().out
+
+
+def test_trl_aliases_are_shown_in_help(capsys):
+    text = _help(capsys, "train")
+    assert "--out OUT, --output-dir OUT" in text and "--kl-coef KL_COEF, --beta KL_COEF" in text
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["train", "--logging-steps", "5"], "--logging-steps (TRL): agentrl logs every step"),
+    (["train", "--per-device-train-batch-size", "2"], "--prompts-per-step x --group-size"),
+    (["train", "--bf16"], "--bf16 (TRL): --dtype bf16"),
+    (["eval", "--lora-merge"], "--lora-merge: a training flag (`agentrl train`)"),
+    (["eval", "--save-steps", "3"], "--save-steps: a training flag (`agentrl train`)"),
+    (["eval", "--use-peft"], "--use-peft (TRL): this command has no equivalent"),
+])
+def test_trl_names_without_an_equivalent_get_the_right_hint(capsys, argv, hint):
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert hint in err and "did you mean" not in err
+
+
+def test_print_config_round_trips_through_config_and_flags_override_it(tmp_path, capsys):
+    assert main(["train", "--preset", "demo", "--lr", "0.003", "--env", "coding-tools", "--print-config"]) == 0
+    written = capsys.readouterr().out
+    path = tmp_path / "run.yaml"
+    path.write_text(written)
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    assert capsys.readouterr().out == written  # the same config back
+    assert main(["train", "--config", str(path), "--seed", "7", "--print-config"]) == 0
+    again = capsys.readouterr().out
+    assert "seed: 7" in again and "lr: 0.003" in again and "env: coding-tools" in again
+    # eval reads a train config: its training-only keys do not apply, the rest does
+    assert main(["eval", "--config", str(path), "--print-config"]) == 0
+    ev = capsys.readouterr().out
+    assert "env: coding-tools" in ev and "lr:" not in ev and "out: runs/default" in ev
+
+
+def test_a_bad_key_in_the_config_file_is_one_line_naming_it(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("learning_rat: 0.1\nsteps: 2\n")
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--config", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2
+    assert err[-1] == (f"agentrl train: error: --config {path}: unknown key 'learning_rat'; "
+                       "did you mean learning_rate (= lr)?")
+    path.write_text("learning_rate: 0.25\n")  # TRL's names are keys as they are flags
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    assert "lr: 0.25" in capsys.readouterr().out
+
+
+def test_flags_without_a_preset_say_what_they_start_from():
+    from agentrl.cli.train import start_line
+
+    line = start_line(RLConfig(out="runs/mine"))
+    assert line.startswith("train: no --preset: --model tiny-qwen3 in --env coding-tools, --tasks bugfix, warm start none")
+    assert "random weights" in line and "--warm-start sft" in line and "--preset demo" in line
+    assert "random weights" not in start_line(RLConfig(warm_start="sft"))
+    assert start_line(RLConfig.from_preset("demo")) is None

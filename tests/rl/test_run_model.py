@@ -1,0 +1,104 @@
+"""Every run ends with a model: `<out>/model` (weights, tokenizer, chat template, agentrl_run.json) that
+load_policy, `agentrl eval` and `agentrl smoke` take as `--model <out>`; checkpoints record the run's
+environment and settings, and `agentrl eval --model <checkpoint>` reuses them unless told otherwise."""
+
+import json
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.models.load import load_policy
+from agentrl.report.results import validate_results
+from agentrl.rl.config import RLConfig
+from agentrl.rl.run_record import EVAL_REUSED, RUN_RECORD_FILE, read_run_record
+from agentrl.rl.trainer import train
+from agentrl.rollout.scripted import random_edit_sampler
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("m") / "run"
+    cfg = RLConfig(env="edit-menu", families="minmax,compare", steps=1, prompts_per_step=2, group_size=4,
+                   eval_n=1, eval_size=2, train_size=8, max_new_tokens=40, max_turns=3, lr=1e-3, micro=2,
+                   out=str(out), checkpoint_every=1, n_boot=100, seed=3)
+    train(cfg, sampler=random_edit_sampler(0))
+    return out
+
+
+def test_the_run_ends_with_a_loadable_model_and_its_record(run):
+    model = run / "model"
+    assert (model / "config.json").is_file() and (model / "tokenizer_config.json").is_file()
+    record = json.loads((model / RUN_RECORD_FILE).read_text())
+    assert record["step"] == 1 and record["trained_from"] == "tiny-qwen3"
+    assert set(record["settings"]) == set(EVAL_REUSED)
+    assert record["settings"]["env"] == "edit-menu" and record["settings"]["families"] == "minmax,compare"
+    assert record["settings"]["max_turns"] == 3 and record["settings"]["max_new_tokens"] == 40
+    assert validate_results(run / "results.json")["model_path"] == str(model)
+    # the run folder resolves to its model, with the chat template the run used
+    m, tok = load_policy(str(run), "fp32", "cpu")
+    assert tok.chat_template and m.config.num_hidden_layers >= 1
+
+
+def test_checkpoints_record_the_runs_settings(run):
+    found = read_run_record(run / "checkpoints" / "step_000001")
+    assert found is not None
+    record, path = found
+    assert path.parent.name == "model" and record["step"] == 1
+    assert record["settings"]["env"] == "edit-menu" and record["settings"]["eval_size"] == 2
+
+
+def test_eval_of_a_checkpoint_reuses_its_settings_and_says_so(run, tmp_path, capsys):
+    ckpt = run / "checkpoints" / "step_000001"
+    rc = main(["eval", "--model", str(ckpt), "--eval-n", "1", "--n-boot", "100", "--max-new-tokens", "8",
+               "--out", str(tmp_path / "ev")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("eval: reusing"))
+    assert "env=edit-menu" in line and "families=minmax,compare" in line and "--max-new-tokens" in line
+    cfg = validate_results(tmp_path / "ev" / "results.json")["config"]
+    assert cfg["env"] == "edit-menu" and cfg["families"] == "minmax,compare" and cfg["max_turns"] == 3
+    assert cfg["max_new_tokens"] == 8  # the command line wins over the record
+
+
+def test_eval_and_smoke_take_the_run_folder(run, tmp_path, capsys):
+    assert main(["eval", "--model", str(run), "--env", "coding-tools", "--families", "", "--eval-n", "1",
+                 "--n-boot", "100", "--max-new-tokens", "8", "--out", str(tmp_path / "ev")]) == 0
+    assert validate_results(tmp_path / "ev" / "results.json")["config"]["env"] == "coding-tools"
+    capsys.readouterr()
+    assert main(["smoke", "--model", str(run), "--env", "edit-menu", "--episodes", "1", "--max-new-tokens", "8",
+                 "--show", "0"]) == 0
+    assert "template check" in capsys.readouterr().out
+
+
+def test_the_training_steps_line_follows_the_steps_own_lines(run):
+    """"training steps: k/N" is logged after step k-1's result lines, never before them."""
+    lines = (run / "train.log").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "training steps: " in line:
+            k = int(line.split("training steps: ", 1)[1].split("/", 1)[0])
+            if k:
+                assert any(f"step {k - 1} " in x for x in lines[:i]), line
+
+
+def test_a_lora_run_ends_with_its_adapters_and_base_and_sft_continues_from_it(tmp_path, capsys):
+    out = tmp_path / "lora"
+    cfg = RLConfig(env="edit-menu", steps=1, prompts_per_step=2, group_size=2, eval_n=1, eval_size=2, train_size=4,
+                   max_new_tokens=16, max_turns=2, lr=1e-3, micro=2, out=str(out), n_boot=100, lora_r=4, seed=1)
+    train(cfg, sampler=random_edit_sampler(0))
+    model = out / "model"
+    assert (model / "adapter_config.json").is_file() and not (model / "config.json").exists()
+    assert json.loads((model / "agentrl_lora.json").read_text())["model"] == "tiny-qwen3"  # the base
+    assert read_run_record(out)[0]["lora_r"] == 4
+    m, _ = load_policy(str(out), "fp32", "cpu")  # base + adapters merged
+    assert not hasattr(m, "peft_config") and all(p.requires_grad for p in m.parameters())
+    assert main(["sft", "--model", str(out), "--env", "edit-menu", "--n-tasks", "2", "--epochs", "1",
+                 "--batch", "2", "--micro", "2", "--warmup-steps", "1", "--out", str(tmp_path / "sft")]) == 0
+    assert (tmp_path / "sft" / "config.json").is_file()
+
+
+def test_a_run_folder_without_a_model_says_why(tmp_path):
+    run = tmp_path / "cut"
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="has no model/: the run did not finish.*step_000002"):
+        load_policy(str(run), "fp32", "cpu")
