@@ -136,3 +136,23 @@ def test_flags_without_a_preset_say_what_they_start_from():
     assert "random weights" in line and "--warm-start sft" in line and "--preset demo" in line
     assert "random weights" not in start_line(RLConfig(warm_start="sft"))
     assert start_line(RLConfig.from_preset("demo")) is None
+
+
+@pytest.mark.parametrize("command", ["sft", "smoke"])
+def test_sft_and_smoke_read_back_what_print_config_writes(command, tmp_path, capsys):
+    """--config/--print-config for the commands whose settings are their own flags: round trip, flags given
+    override the file, a bad key is one error naming the close match."""
+    from agentrl.cli import main
+
+    assert main([command, "--max-turns", "3", "--seed", "7", "--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert "max_turns: 3" in text and "seed: 7" in text and "print_config" not in text and "func" not in text
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert main([command, "--config", str(path), "--seed", "8", "--print-config"]) == 0
+    again = capsys.readouterr().out
+    assert "max_turns: 3" in again and "seed: 8" in again
+    (tmp_path / "bad.yaml").write_text("max_turn: 2\n")
+    with pytest.raises(SystemExit):
+        main([command, "--config", str(tmp_path / "bad.yaml")])
+    assert "unknown key 'max_turn'; did you mean max_turns" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""`--config FILE.yaml` and `--print-config` of the commands whose flags are RLConfig's (train, eval).
+"""`--config FILE.yaml` and `--print-config`: of the commands whose flags are RLConfig's (train, eval), and of
+those whose settings are their own flags (smoke, sft).
 
 `--print-config` prints the command's resolved config (preset, file and flags applied) as YAML and exits;
 `--config FILE` reads such a file back: its values become the defaults, so flags given on the command line
@@ -87,3 +88,63 @@ def dump_config(cfg: Any, *, exclude: tuple[str, ...] = ()) -> str:
 
     values = {k: v for k, v in cfg.to_dict().items() if k not in exclude}
     return yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
+
+
+# Namespace entries that are not settings (never read from, nor written to, a config file)
+_NOT_SETTINGS = ("func", "command", "config", "print_config")
+
+
+def parser_settings(parser: Any) -> list[str]:
+    """The settings of a command whose flags are not RLConfig's (smoke, sft): its flags' destinations."""
+    return [a.dest for a in parser._actions if a.option_strings and a.dest not in (*_NOT_SETTINGS, "help")]
+
+
+def read_parser_config_file(parser: Any, path: str | Path) -> dict[str, Any]:
+    """The values of YAML file `path` for `parser`'s flags ({dest: value}; dashed keys read as underscored).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not YAML, not a mapping, or a key that is none of the command's flags (named, with the
+            close ones).
+    """
+    import yaml
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    names = parser_settings(parser)
+    values = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; see `agentrl {parser.prog.split()[-1]} --print-config`"
+            raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
+        values[name] = value
+    return values
+
+
+def add_parser_config_flags(parser: Any) -> None:
+    """`--config FILE.yaml` / `--print-config` for a command whose settings are its own flags (smoke, sft):
+    the file's values become the defaults (flags given override them); `print_config_and_exit` prints them."""
+    add_config_flags(parser)
+
+    def defaults(argv: list[str]) -> dict[str, Any]:
+        path = config_path(argv)
+        return read_parser_config_file(parser, path) if path else {}
+
+    parser.defaults_from_argv = defaults
+
+
+def dump_parser_config(parser: Any, args: Any) -> str:
+    """The command's resolved settings (file and flags applied) as the YAML `--config` reads back."""
+    import yaml
+
+    return yaml.safe_dump({name: getattr(args, name) for name in parser_settings(parser) if hasattr(args, name)},
+                          sort_keys=False, default_flow_style=False)

@@ -10,6 +10,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from agentrl.cli.args import positive_int
+from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags
 from agentrl.models.dtypes import DTYPE_HELP
 from agentrl.sft.config import SFTConfig
@@ -70,11 +71,17 @@ def register(subparsers: Any) -> None:
             continue
         p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name),
                        help=SFT_HELP[f.name])
-    p.set_defaults(func=main)
+    add_parser_config_flags(p)
+    p.set_defaults(func=main, parser=p)
 
 
 def main(args: argparse.Namespace) -> int:
     """CLI entry: split `args` into SFTRunConfig + SFTConfig and run; exit code 0 on success."""
+    if args.print_config:
+        from agentrl.cli.config_file import dump_parser_config
+
+        print(dump_parser_config(args.parser, args), end="")
+        return 0
     from agentrl.models.device import resolve_dtype
 
     run = SFTRunConfig(**{f.name: getattr(args, f.name) for f in fields(SFTRunConfig)})

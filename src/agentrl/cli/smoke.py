@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from agentrl.cli.args import positive_int
+from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags
 from agentrl.rollout.smoke import SmokeConfig, run_smoke
 
@@ -34,11 +35,17 @@ def register(subparsers: Any) -> None:
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
         kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
         episodes.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=SMOKE_HELP[name])
-    p.set_defaults(func=main)
+    add_parser_config_flags(p)
+    p.set_defaults(func=main, parser=p)
 
 
 def main(args: argparse.Namespace) -> int:
     """CLI entry: build a SmokeConfig from `args`, run it, print the report; exit code 0 on success."""
+    if args.print_config:
+        from agentrl.cli.config_file import dump_parser_config
+
+        print(dump_parser_config(args.parser, args), end="")
+        return 0
     cfg = SmokeConfig(**{k: getattr(args, k) for k in SmokeConfig.__dataclass_fields__})
     report = run_smoke(cfg)
     print_report(report, cfg)
