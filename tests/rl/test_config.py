@@ -94,13 +94,14 @@ def test_compile_layers_needs_a_sampler_that_leaves_the_layers_alone():
 @pytest.mark.slow
 def test_compile_layers_trains_one_step_with_the_layers_compiled(tmp_path, monkeypatch):
     """--compile-layers: the session compiles every decoder layer before the first update (tiny-qwen3, CPU)."""
-    import agentrl.rl.update as update
+    import agentrl.rl.training_state as training_state
     from agentrl.report.results import validate_results
     from agentrl.rl.trainer import train
 
     compiled = []
-    real = update.compile_decoder_layers
-    monkeypatch.setattr(update, "compile_decoder_layers", lambda model, **kw: compiled.append(real(model, **kw)) or compiled[-1])
+    real = training_state.compile_decoder_layers  # patched where the training state calls it
+    monkeypatch.setattr(training_state, "compile_decoder_layers",
+                        lambda model, **kw: compiled.append(real(model, **kw)) or compiled[-1])
     cfg = RLConfig(env="edit-menu", compile_layers=True, sampler="fast", steps=1, prompts_per_step=2, group_size=2,
                    eval_size=1, eval_n=1, train_size=4, max_new_tokens=8, micro=2, n_boot=100, out=str(tmp_path / "r"))
     data = validate_results(train(cfg))

@@ -45,10 +45,10 @@ def die_on_nth(fn):
 
 import agentrl.report.results as results_mod
 import agentrl.rl.checkpoint as ckpt_mod
-import agentrl.rl.update as update_mod  # the session's update looks minibatch_step up here at each call
+import agentrl.rl.backend as backend_mod  # the local backend's update looks minibatch_step up here at each call
 import test_trainer
 if point == "update":
-    update_mod.minibatch_step = die_on_nth(update_mod.minibatch_step)
+    backend_mod.minibatch_step = die_on_nth(backend_mod.minibatch_step)
 elif point == "checkpoint":
     ckpt_mod.fsync_path = die_on_nth(ckpt_mod.fsync_path)
 elif point == "results":  # the temp file is written, the rename into place never happens
