@@ -156,3 +156,18 @@ def test_sft_and_smoke_read_back_what_print_config_writes(command, tmp_path, cap
     with pytest.raises(SystemExit):
         main([command, "--config", str(tmp_path / "bad.yaml")])
     assert "unknown key 'max_turn'; did you mean max_turns" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, groups", [
+    ("sft", ["model", "tasks and environment", "optimisation", "output"]),
+    ("serve-policy", ["model", "sampling", "server", "rollout budgets"]),
+    ("serve", ["tasks and environment", "server"]),
+])
+def test_every_command_groups_its_flags(command, groups, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    titles = re.findall(r"^([a-z][a-z ]+):$", text, flags=re.M)
+    assert titles == ["options", *groups]
+    options = text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
+    assert "-h, --help" in options and options.count("\n  --") == 0  # every flag sits in its group

@@ -18,20 +18,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="An OpenEnv-compatible environment server (OpenEnv's own app): OpenEnv's EnvClient, TRL's "
         "environment_factory (agentrl.integrations.trl.remote_trl_env_class) and `agentrl eval --env-url` talk "
         "to it. One environment and sandbox session per WebSocket session; SIGTERM drains and exits.")
-    p.add_argument("--env", default=d.env, help=f"environment registry name: edit-menu, coding-tools, python-session, wordle, ... (default {d.env})")
-    p.add_argument("--tasks", default="", help="task source: bugfix | mbpp | humaneval | wordle | a task JSONL "
+    tasks, server = p.add_argument_group("tasks and environment"), p.add_argument_group("server")
+    tasks.add_argument("--env", default=d.env, help=f"environment registry name: edit-menu, coding-tools, python-session, wordle, ... (default {d.env})")
+    tasks.add_argument("--tasks", default="", help="task source: bugfix | mbpp | humaneval | wordle | a task JSONL "
                    "(default: mbpp for python-session, wordle for wordle, else bugfix)")
-    p.add_argument("--train-size", type=int, default=d.train_size, help="cap on the train split (0: the source's)")
-    p.add_argument("--eval-size", type=int, default=d.eval_size, help="held-out tasks (0: the source's default)")
-    p.add_argument("--seed", type=int, default=d.seed, help="task generation / renaming seed")
-    p.add_argument("--max-turns", type=int, default=d.max_turns, help="the environment's turn limit per episode")
-    p.add_argument("--host", default=d.host, help="address to bind (default loopback)")
-    p.add_argument("--port", type=int, default=d.port, help="port (0: any free one, printed at start)")
-    p.add_argument("--max-concurrent-envs", type=int, default=d.max_concurrent_envs,
+    tasks.add_argument("--train-size", type=int, default=d.train_size, help="cap on the train split (0: the source's)")
+    tasks.add_argument("--eval-size", type=int, default=d.eval_size, help="held-out tasks (0: the source's default)")
+    tasks.add_argument("--seed", type=int, default=d.seed, help="task generation / renaming seed")
+    tasks.add_argument("--max-turns", type=int, default=d.max_turns, help="the environment's turn limit per episode")
+    server.add_argument("--host", default=d.host, help="address to bind (default loopback)")
+    server.add_argument("--port", type=int, default=d.port, help="port (0: any free one, printed at start)")
+    server.add_argument("--max-concurrent-envs", type=int, default=d.max_concurrent_envs,
                    help="open sessions at most; the next one is refused with CAPACITY_REACHED")
-    p.add_argument("--session-timeout-s", type=float, default=d.session_timeout_s,
+    server.add_argument("--session-timeout-s", type=float, default=d.session_timeout_s,
                    help="close a session idle this long, seconds (0: never)")
-    p.add_argument("--drain-timeout-s", type=float, default=d.drain_timeout_s,
+    server.add_argument("--drain-timeout-s", type=float, default=d.drain_timeout_s,
                    help="on SIGTERM, how long in-flight requests may finish, seconds")
     p.set_defaults(func=serve_main)
 

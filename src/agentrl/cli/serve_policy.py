@@ -30,19 +30,21 @@ def register(subparsers: Any) -> None:
                               "folder runs/x, a checkpoint or any model train takes) that records each call's token "
                               "ids and sampler log-probs per rollout (API key = rollout id); traces at "
                               "GET /rollouts/<id>/trace.")
-    add_policy_flags(p, POLICY_DEFAULTS, only=("model", "tokenizer", "dtype", "device", "allow_download"))
+    model, sampling = p.add_argument_group("model"), p.add_argument_group("sampling")
+    server, budgets = p.add_argument_group("server"), p.add_argument_group("rollout budgets")
+    add_policy_flags(model, POLICY_DEFAULTS, only=("model", "tokenizer", "dtype", "device", "allow_download"))
     from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
-    p.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="port to bind")
-    p.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
-    p.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
-    p.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
-    p.add_argument("--max-rollout-tokens", type=positive_int, default=32768, help="completion tokens per rollout")
-    p.add_argument("--max-wall-s", type=float, default=900.0, help="seconds per rollout")
-    p.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
-    p.add_argument("--require-open", action="store_true",
+    sampling.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
+    server.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    server.add_argument("--port", type=int, default=8000, help="port to bind")
+    sampling.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
+    sampling.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
+    budgets.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
+    budgets.add_argument("--max-rollout-tokens", type=positive_int, default=32768, help="completion tokens per rollout")
+    budgets.add_argument("--max-wall-s", type=float, default=900.0, help="seconds per rollout")
+    sampling.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
+    server.add_argument("--require-open", action="store_true",
                    help="refuse rollout ids not opened with POST /rollouts/<id> (default: any API key opens one)")
     p.set_defaults(func=main)
 

@@ -34,42 +34,44 @@ def register(subparsers: Any) -> None:
                               "of trajectories); writes a model folder that `agentrl train --model`, eval and smoke "
                               "load. --model takes a run folder (runs/x) as well.")
     d, s = SFTRunConfig(), SFTConfig()
-    p.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
-    add_policy_flags(p, d, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
+    model, tasks = p.add_argument_group("model"), p.add_argument_group("tasks and environment")
+    opt, output = p.add_argument_group("optimisation"), p.add_argument_group("output")
+    tasks.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
+    add_policy_flags(model, d, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
         "dtype": DTYPE_HELP + " Weights stay fp32; bf16 runs forward/backward under autocast.",
         "chat_template": "Chat template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja "
                          "path; saved with the output model.",
         "thinking": "Template thinking mode, as train --thinking."})
-    p.add_argument("--tasks", default=d.tasks,
+    tasks.add_argument("--tasks", default=d.tasks,
                    help="task source the expert plays: bugfix (default) | wordle | another train --tasks source")
-    p.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
-    p.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
-    p.add_argument("--split", default=d.split, choices=("train", "heldout"), help="split of --tasks the expert plays")
-    p.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
-    p.add_argument("--max-turns", type=int, default=d.max_turns, help="maximum assistant turns per expert episode")
-    p.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
-    p.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
-    p.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
-    p.add_argument("--gradient-checkpointing", action="store_true",
+    tasks.add_argument("--n-tasks", type=positive_int, default=d.n_tasks, help="expert episodes (one per task)")
+    tasks.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
+    tasks.add_argument("--split", default=d.split, choices=("train", "heldout"), help="split of --tasks the expert plays")
+    tasks.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
+    tasks.add_argument("--max-turns", type=int, default=d.max_turns, help="maximum assistant turns per expert episode")
+    tasks.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
+    output.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
+    output.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
+    opt.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in backward (less memory, more time)")
-    p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
-    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
-    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
-    p.add_argument("--lora-target-modules", default=d.lora_target_modules,
+    opt.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
+    opt.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
+    opt.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
+    opt.add_argument("--lora-target-modules", default=d.lora_target_modules,
                    help="all-linear (every linear layer but the LM head) or comma-separated module names")
-    p.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
-    p.add_argument("--agent", default=d.agent, choices=("", "opencode"),
+    output.add_argument("--lora-merge", action="store_true", help="also write <out>/merged (adapters merged in)")
+    tasks.add_argument("--agent", default=d.agent, choices=("", "opencode"),
                    help="play the expert through a black-box harness: opencode (bug-fix tasks; the warm start "
                         "of `train --agent opencode`) (default: '', agentrl's own --env loop)")
-    p.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
+    tasks.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
                    help="with --agent: bubblewrap where usable (auto), required (bwrap), or none")
-    p.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
-    p.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
+    tasks.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
+    tasks.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
                    help="with --agent: wall-clock limit of one harness run, seconds")
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name),
+        opt.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name),
                        help=SFT_HELP[f.name])
     add_parser_config_flags(p)
     p.set_defaults(func=main, parser=p)
