@@ -37,17 +37,14 @@ def config_path(argv: list[str]) -> str | None:
     return value
 
 
-def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The RLConfig values of the YAML file `path` ({field: value}; dashed keys read as underscored), without
-    the fields in `ignore` (a train config given to eval: its training-only keys do not apply).
+def _load_mapping(path: str | Path) -> dict[Any, Any]:
+    """The YAML mapping in file `path` (an empty file is {}).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close field names).
+        ValueError: not YAML, or not a mapping.
     """
     import yaml
-
-    from agentrl.rl.config import RLConfig
 
     p = Path(path).expanduser()
     if not p.is_file():
@@ -58,6 +55,20 @@ def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[
         raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    return data
+
+
+def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The RLConfig values of the YAML file `path` ({field: value}; dashed keys read as underscored), without
+    the fields in `ignore` (a train config given to eval: its training-only keys do not apply).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close field names).
+    """
+    from agentrl.rl.config import RLConfig
+
+    data = _load_mapping(path)
     from agentrl.cli.flags import ALIASES
 
     fields = [f.name for f in dataclasses.fields(RLConfig)]
@@ -107,17 +118,7 @@ def read_parser_config_file(parser: Any, path: str | Path) -> dict[str, Any]:
         ValueError: not YAML, not a mapping, or a key that is none of the command's flags (named, with the
             close ones).
     """
-    import yaml
-
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(f"--config {path}: no such file")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    data = _load_mapping(path)
     names = parser_settings(parser)
     values = {}
     for key, value in data.items():
