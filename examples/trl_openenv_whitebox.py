@@ -47,6 +47,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--report-to", default="none", help="trackio | tensorboard | wandb | none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--use-cpu", action="store_true")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast over fp32 weights (default: fp32 throughout). Weights stay fp32 either way: "
+                        "a bf16 weight cannot hold a 1e-6-sized update")
+    p.add_argument("--eval-first", action="store_true",
+                   help="score the fixed eval set once before training (step 0 of the curve)")
+    p.add_argument("--max-train-s", type=float, default=0.0,
+                   help="stop after the step that crosses this many seconds of training (0: no limit); the "
+                        "curve, the model and curve.json are still written")
     return p.parse_args(argv)
 
 
@@ -74,12 +82,16 @@ def build_trainer(args: argparse.Namespace, model: Any = None, tokenizer: Any = 
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentrl.integrations.trl import env_stats, remote_trl_env_class
+    from agentrl.integrations.trl import ensure_tool_call_parser, env_stats, remote_trl_env_class
 
     train, held = datasets_for(args.env_url, args.dataset_size, args.eval_size)
     env_cls = remote_trl_env_class(args.env_url)
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    how = ensure_tool_call_parser(tokenizer)  # Qwen2.5-Coder's own template is not one TRL recognises
+    if how == "hermes":
+        print("TRL does not recognise this chat template; its tool calls are ChatML <tool_call> JSON, so TRL's "
+              "Qwen/Hermes response parser is used")
     config = GRPOConfig(
         output_dir=args.output_dir, max_steps=args.max_steps, num_generations=args.num_generations,
         per_device_train_batch_size=args.per_device_train_batch_size,
@@ -87,7 +99,7 @@ def build_trainer(args: argparse.Namespace, model: Any = None, tokenizer: Any = 
         temperature=args.temperature, max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=args.max_tool_calling_iterations,
         chat_template_kwargs={"enable_thinking": False}, logging_steps=1, report_to=args.report_to,
-        save_strategy="no", seed=args.seed, use_cpu=args.use_cpu, bf16=False,
+        save_strategy="no", seed=args.seed, use_cpu=args.use_cpu, bf16=args.bf16,
         eval_strategy="steps" if held is not None and args.eval_steps else "no",
         eval_steps=args.eval_steps or None, per_device_eval_batch_size=args.per_device_eval_batch_size,
         num_generations_eval=1,
@@ -97,13 +109,71 @@ def build_trainer(args: argparse.Namespace, model: Any = None, tokenizer: Any = 
                        environment_factory=env_cls, callbacks=callbacks)
 
 
+def time_limit_callback(max_train_s: float) -> Any:
+    """A TrainerCallback that ends training after the step that crosses `max_train_s` seconds (wall clock
+    from the first step), with a last evaluation when an eval set is configured."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        start = 0.0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.monotonic() - self.start >= max_train_s:
+                control.should_training_stop = True
+                control.should_evaluate = args.eval_strategy != "no"
+            return control
+
+    return TimeLimit()
+
+
+def eval_curve(log_history: list[dict]) -> dict[str, Any]:
+    """The fixed eval set's curve from TRL's log history: points (step, eval_reward) in step order and its
+    OLS trend (agentrl.eval.noise.trend: slope per step, rise over the span, t = slope / stderr), the
+    step-to-step noise of the training reward, as the write-up's noise analysis reports them."""
+    from agentrl.eval.noise import step_noise, trend
+
+    points = sorted({int(h["step"]): float(h["eval_reward"]) for h in log_history if "eval_reward" in h}.items())
+    train = [float(v) for h in log_history for k, v in h.items() if k.startswith("rewards/") and k.endswith("/mean")]
+    out: dict[str, Any] = {"points": [{"step": s, "eval_reward": r} for s, r in points],
+                           "train_reward": train}
+    if len(points) >= 3:
+        tr = trend([r for _, r in points], [s for s, _ in points])
+        out["trend"] = {"n": tr.n, "slope_per_step": tr.slope, "rise": tr.rise, "rise_stderr": tr.rise_stderr,
+                        "t": tr.t, "p_value": tr.p_value, "first": points[0][1], "last": points[-1][1]}
+    if len(train) >= 3:
+        out["train_step_noise"] = step_noise(train)
+    return out
+
+
 def main(argv: list[str] | None = None, **overrides: Any) -> Any:
-    """Train, then save the model and tokenizer to --output-dir; returns the trainer (its
-    state.log_history holds train/eval rewards and env/... stats)."""
+    """(Evaluate,) train, then save the model and tokenizer to --output-dir and the eval curve with its trend to
+    <output-dir>/curve.json; returns the trainer (its state.log_history holds train/eval rewards and env/...)."""
+    import json
+    from pathlib import Path
+
     args = parse_args(argv)
-    trainer = build_trainer(args, **overrides)
+    callbacks = list(overrides.pop("callbacks", None) or [])
+    if args.max_train_s > 0:
+        callbacks.append(time_limit_callback(args.max_train_s))
+    trainer = build_trainer(args, callbacks=callbacks, **overrides)
+    if args.eval_first and trainer.eval_dataset is not None:
+        try:
+            trainer.evaluate()  # logged at step 0: the curve's first point
+        except Exception as e:  # noqa: BLE001 - a failed first point must not cost the run; it is said, not hidden
+            print(f"--eval-first failed ({type(e).__name__}: {e}); the curve starts at the first in-training eval")
     trainer.train()
     trainer.save_model(args.output_dir)  # model + tokenizer: `agentrl eval --env-url ... --models <output_dir>`
+    curve = eval_curve(trainer.state.log_history)
+    Path(args.output_dir, "curve.json").write_text(json.dumps(curve, indent=2))
+    if "trend" in curve:
+        t = curve["trend"]
+        print(f"eval curve: {t['first']:.3f} -> {t['last']:.3f} over {t['n']} points, rise {t['rise']:+.3f} "
+              f"+- {t['rise_stderr']:.3f}, t = {t['t']:.2f}")
     return trainer
 
 

@@ -9,11 +9,17 @@
 # RUN: tools (coding-tools, SFT then GRPO), tools-cold (coding-tools GRPO from the raw model, as the write-up
 # did), edit-menu (SFT then GRPO), transfer (coding-tools trained on 10 families, held out on 5 of them and
 # on 5 families never trained on), wordle (SFT on consistent random guesses, then GRPO), mbpp (python-session
-# SFT on bug-fix experts, then GRPO on MBPP, scored on its 257 test problems). The runs named go in parallel on one GPU; each writes
+# SFT on bug-fix experts, then GRPO on MBPP, scored on its 257 test problems), trl-mbpp (the white-box lab through TRL:
+# GRPOTrainer with agentrl's environment_factory adapter against `agentrl serve --env python-session --tasks mbpp`, the
+# fixed 64-problem eval curve with its trend, then the base and trained models scored in one pass on all 257 test
+# problems), opencode (SFT through opencode itself, then asynchronous GRPO with the untouched opencode harness
+# per episode). The runs named go in parallel on one GPU; each writes
 # OUT_ROOT/<run>-s<SEED>/{sft,rl}/ and OUT_ROOT/<run>-s<SEED>.log.
 # Knobs (environment): MODEL, SEEDS (space-separated, default "0"), DEVICE (default cuda), PY, STEPS (default 40),
 # TRAIN_S (seconds of GRPO steps per run: `train --max-train-s`, the evaluation after still runs; default 300),
-# DEADLINE (epoch seconds by which every command must have ended; a killed `train` still writes its results).
+# DEADLINE (epoch seconds by which every command must have ended; a killed `train` still writes its results),
+# TRL_S (seconds of TRL training steps, default TRAIN_S), OC_SFT_TASKS (opencode expert episodes, default 64),
+# TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU).
 set -uo pipefail
 ROOT=${1:?usage: coder_labs.sh OUT_ROOT RUN...}
 shift
@@ -54,7 +60,7 @@ run_transfer() {
     grpo "$1" "$2/sft" coding-tools "$2/rl" --families "$SEEN" --eval-families "$WRITEUP,$UNSEEN" --max-new-tokens 256
 }
 run_wordle() {  # experts: random guesses consistent with the feedback; held out: 48 words of the held-out split
-  sft "$1" wordle "$2/sft" --tasks wordle &&
+  sft "$1" wordle "$2/sft" --tasks wordle --dtype bf16 --max-tokens 4096 &&
     grpo "$1" "$2/sft" wordle "$2/rl" --tasks wordle --eval-size 48 --eval-n 4 --max-new-tokens 64
 }
 run_mbpp() {  # the raw model answers MBPP in prose and never calls run_python: warm start on the python-session
@@ -62,6 +68,71 @@ run_mbpp() {  # the raw model answers MBPP in prose and never calls run_python: 
   sft "$1" python-session "$2/sft" &&
     grpo "$1" "$2/sft" python-session "$2/rl" --tasks mbpp --train-size 0 --eval-size 257 --eval-n 1 --max-turns 3 \
       --max-new-tokens 256
+}
+
+serve() {  # serve PORT LOG [args]: an `agentrl serve` in the background, waits for /health; prints its pid
+  local port=$1 log=$2
+  shift 2
+  "$PY" -m agentrl serve --host 127.0.0.1 --port "$port" "$@" > "$log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 120); do
+    "$PY" -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null \
+      && { echo "$pid"; return 0; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1
+  done
+  echo "agentrl serve on port $port did not come up (see $log)" >&2
+  return 1
+}
+
+tool_rate() {  # tool_rate RUN_DIR STAT: the first evaluation's mean of a tool statistic per episode
+  "$PY" -c "import json,sys; e=json.load(open(sys.argv[1]+'/results.json'))['evaluations'][0]; \
+print(e['tool_stats'].get(sys.argv[2], 0.0))" "$1" "$2" 2>/dev/null || echo 0
+}
+
+run_trl_mbpp() {  # TRL drives the loop; the environment owns the reward; bf16 for the one-pass scoring
+  # TRL_WARM: auto (default: probe the raw model on 32 MBPP problems; if it runs fewer than 0.3 run_python cells per
+  # episode, warm-start on the python-session expert first), 0 (never), 1 (always)
+  local seed=$1 d=$2 base start ptrain peval pa pb warm=${TRL_WARM:-auto} cells
+  base=${MODEL_PATH:-$("$PY" -c "from agentrl.models.pretrained import models_cache_dir as c; print(c() / '$M')")}
+  start=$base
+  if [ "$warm" = auto ]; then
+    timeout "$(left)" "$PY" -m agentrl eval --model "$base" --env python-session --tasks mbpp --eval-size 32 --eval-n 1 \
+      --max-turns 2 --max-new-tokens 384 --sampler fast --dtype bf16 --device "$DEVICE" --seed "$seed" --out "$d/probe"
+    cells=$(tool_rate "$d/probe" cells)
+    warm=$("$PY" -c "print(int(float('$cells') < 0.3))")
+    echo "trl-mbpp: the raw model runs $cells run_python cells per episode -> warm start: $warm"
+  fi
+  if [ "$warm" = 1 ]; then
+    sft "$seed" python-session "$d/sft" --model "$base" --dtype bf16 --max-tokens 4096 || return
+    start=$d/sft
+  fi
+  ptrain=$(( 8100 + seed * 2 )); peval=$(( 8101 + seed * 2 ))
+  pa=$(serve "$ptrain" "$d/serve-train.log" --env python-session --tasks mbpp --max-concurrent-envs 160) || return
+  pb=$(serve "$peval" "$d/serve-eval.log" --env python-session --tasks mbpp --eval-size 257 --max-concurrent-envs 160) \
+    || { kill "$pa"; return 1; }
+  timeout "$(left)" "$PY" examples/trl_openenv_whitebox.py --model "$start" --env-url "http://127.0.0.1:$ptrain" \
+    --seed "$seed" --eval-first --eval-steps "${TRL_EVAL_STEPS:-3}" --max-train-s "${TRL_S:-$TRAIN_S}" --per-device-eval-batch-size 64 \
+    --per-device-train-batch-size 4 --gradient-accumulation-steps 4 \
+    --max-completion-length "${TRL_COMPLETION:-1024}" --learning-rate "${TRL_LR:-1e-6}" ${TRL_FLAGS---bf16} --output-dir "$d/trl"
+  local models=("$base")
+  [ "$start" != "$base" ] && models+=("$start")
+  timeout "$(left)" "$PY" -m agentrl eval --env-url "http://127.0.0.1:$peval" --models "${models[@]}" "$d/trl" --eval-n 1 \
+    --concurrency 160 --gen-batch 160 --dtype bf16 --device "$DEVICE" --max-new-tokens 512 --seed "$seed" \
+    --out "$d/eval257"
+  kill "$pa" "$pb" 2>/dev/null
+  wait "$pa" "$pb" 2>/dev/null
+  return 0
+}
+
+run_opencode() {  # the black box: expert rows through opencode itself, then async GRPO, opencode per episode
+  local seed=$1 d=$2
+  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env coding-tools --agent opencode --random-op \
+    --families "$WRITEUP" --n-tasks "${OC_SFT_TASKS:-64}" --epochs 2 --lr 2e-5 --batch 16 --micro 4 --max-tokens 8192 \
+    --dtype bf16 --seed "$seed" --device "$DEVICE" --out "$d/sft" &&
+    grpo "$seed" "$d/sft" coding-tools "$d/rl" --agent opencode --async-rollouts --max-staleness 1 \
+      --families "$WRITEUP" --eval-n 4 --prompts-per-step 4 --group-size 8 --gen-batch 32 --micro 2 \
+      --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240
 }
 
 for seed in $SEEDS; do
@@ -75,7 +146,10 @@ for seed in $SEEDS; do
       transfer) run_transfer "$seed" "$d" ;;
       wordle) run_wordle "$seed" "$d" ;;
       mbpp) run_mbpp "$seed" "$d" ;;
-      *) echo "unknown run $run (tools | tools-cold | edit-menu | transfer | wordle | mbpp)" >&2; exit 2 ;;
+      trl-mbpp) run_trl_mbpp "$seed" "$d" ;;
+      opencode) run_opencode "$seed" "$d" ;;
+      *) echo "unknown run $run (tools | tools-cold | edit-menu | transfer | wordle | mbpp | trl-mbpp | opencode)" >&2
+         exit 2 ;;
     esac > "$d.log" 2>&1 &
   done
 done

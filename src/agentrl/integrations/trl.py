@@ -293,6 +293,59 @@ def trl_env_class(env_factory: Callable[[], Env], *, class_name: str | None = No
     return cls
 
 
+_PROBE_CALL = {"name": "probe_tool", "arguments": {"code": "print(1)"}}
+
+
+def ensure_tool_call_parser(tokenizer: Any) -> str:
+    """Make sure TRL can parse the tool calls this tokenizer's chat template asks for; returns how.
+
+    TRL 1.16 parses sampled tool calls with a response parser that it picks by comparing the chat template
+    with the templates it ships, character for character (`trl.chat_template_utils.add_response_schema`).
+    A template that differs by one character is refused ("Unrecognized chat template"), even where its
+    tool-call format is one TRL parses: Qwen2.5-Coder-Instruct's own template (in its GGUF and on the hub)
+    differs from Qwen2.5-Instruct's only in the instruction line's example (`{{"name": ...}}`). So:
+
+    - "preset": the tokenizer already has a response parser (`response_template` or `response_schema`);
+    - "trl": TRL recognises the template (its own parser is set, as GRPOTrainer would set it);
+    - "hermes": TRL does not, but the template renders an assistant tool call as
+      `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` inside ChatML turns (checked by
+      rendering one and parsing it back with agentrl.chat.parse, the parser agentrl's own trainer uses), so
+      TRL's Qwen3/Hermes parser (`qwen3_template`) is set: the same format, with `<think>` blocks optional.
+
+    Raises:
+        ValueError: the template renders tool calls in another format, or not at all; the message says
+            to set `tokenizer.response_template` by hand (transformers' response parsing docs).
+    """
+    from trl.chat_template_utils import add_response_schema
+
+    if getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None):
+        return "preset"
+    try:
+        add_response_schema(tokenizer)
+        return "trl"
+    except ValueError:
+        pass
+    from trl.chat_template_utils import qwen3_template
+
+    from agentrl.chat.parse import parse_tool_calls
+
+    msgs = [{"role": "user", "content": "probe"},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": _PROBE_CALL}]}]
+    try:
+        text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    except Exception as e:  # noqa: BLE001 - a template that cannot render a tool call at all
+        raise ValueError(f"the chat template cannot render an assistant tool call ({type(e).__name__}: {e}); "
+                         "TRL needs one it can parse") from e
+    turn = text.rsplit("<|im_start|>assistant\n", 1)[-1] if "<|im_start|>assistant\n" in text else ""
+    calls = parse_tool_calls(turn.split("<|im_end|>")[0])[0] if turn else []
+    if [(c.name, c.arguments, c.malformed) for c in calls] != [(_PROBE_CALL["name"], _PROBE_CALL["arguments"], None)]:
+        raise ValueError("TRL does not recognise this chat template and it does not render tool calls as "
+                         "ChatML <tool_call>{json}</tool_call> blocks; set tokenizer.response_template by hand "
+                         f"(rendered: {text[-200:]!r})")
+    tokenizer.response_template = qwen3_template
+    return "hermes"
+
+
 def trl_tool_schemas(cls: type) -> list[dict[str, Any]]:
     """The tool schemas TRL builds from an environment_factory class, the way GRPOTrainer does: public
     functions of the class except reset/get_reward, rendered by transformers' get_json_schema."""
