@@ -11,7 +11,7 @@ from agentrl.rl.config import RLConfig
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_thinking_flags_parse(command):
     parse = build_parser().parse_args
-    assert parse([command]).thinking is False and RLConfig().thinking is False
+    assert parse([command]).thinking is False and RLConfig().policy.thinking is False
     assert parse([command, "--thinking"]).thinking is True
     assert parse([command, "--thinking", "--no-thinking"]).thinking is False
     assert parse([command, "--no_thinking"]).thinking is False
