@@ -109,7 +109,7 @@ def start_run_folder(cfg: RLConfig, out: Path, tasks: TaskSets, log_name: str = 
     logger = setup_logging(out / log_name)
     if archived:
         log.info("an earlier run in %s was moved to %s", out, archived)
-    log_config(logger, cfg.to_dict())
+    log_config(logger, cfg.to_flat())
     log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
 
 
@@ -120,7 +120,7 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
     model size, sandbox, tasks)."""
     path = out / "results.json"
     if cfg.run.resume and path.exists():
-        results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_dict())
+        results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_flat())
     else:
         results = RunResults(path, cfg.to_flat(), seed=cfg.run.seed)
     results.set("tool_schemas", inputs.tool_schemas)

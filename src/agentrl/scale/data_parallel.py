@@ -100,7 +100,7 @@ def open_rank_session(cfg: RLConfig, sampler: Any = None, *, name: str,
             enable_gradient_checkpointing(model)
         ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.update.kl_coef > 0 else None
         out = Path(cfg.run.out).expanduser().resolve()
-        results = RankLocalResults(out / "results.json", cfg.to_dict(), seed=cfg.run.seed, write=False)
+        results = RankLocalResults(out / "results.json", cfg.to_flat(), seed=cfg.run.seed, write=False)
         sess = RunSession(cfg=cfg, out=out, model=model, tokenizer=inputs.tokenizer, optimizer=None,
                           sandbox=sandbox, tasks=tasks, results=results, device=inputs.device, ref_model=ref,
                           main_process=False)
