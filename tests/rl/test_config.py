@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from agentrl.cli.flags import config_from_args, rlconfig_parser
@@ -104,3 +106,36 @@ def test_compile_layers_trains_one_step_with_the_layers_compiled(tmp_path, monke
                    eval_size=1, eval_n=1, train_size=4, max_new_tokens=8, micro=2, n_boot=100, out=str(tmp_path / "r"))
     data = validate_results(train(cfg))
     assert compiled == [2] and data["status"] == "completed" and data["config"]["compile_layers"] is True
+
+
+def test_sections_and_flat_names_map_one_to_one():
+    """Every field has one flat name (its flag, its results-file key) and one (section, field); the tree and
+    the flat mapping carry the same values, and an old flat config (results.json, agentrl_run.json) reads back."""
+    from agentrl.rl.config import FLAT, SECTIONS
+
+    c = RLConfig.from_flat(lr=3e-6, env="edit-menu", agent_timeout_s=5.0, eval_n=2, dtype="bfloat16")
+    assert (c.update.lr, c.env.name, c.agent.timeout_s, c.eval.n, c.policy.dtype) == (3e-6, "edit-menu", 5.0, 2, "bf16")
+    flat = c.to_flat()
+    assert list(flat) == list(FLAT) and len(FLAT) == sum(len(dataclasses.fields(s)) for s in SECTIONS.values())
+    assert flat["agent_timeout_s"] == 5.0 and flat["dtype"] == "bf16" and "update" not in flat
+    assert c.to_dict()["update"]["lr"] == 3e-6 and c.to_dict()["env"]["name"] == "edit-menu"
+    assert RLConfig.from_dict(flat) == c == RLConfig.from_dict(c.to_dict())  # flat (old files) or nested
+    assert RLConfig.from_dict({"sampling": {"temperature": 0.5}, "lr": 1e-5}).sampling.temperature == 0.5
+    assert c.replace_flat(steps=0).run.steps == 0 and c.run.steps == 3  # a copy; sections are frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.update.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match="unknown keys.*section 'sampling'"):
+        RLConfig.from_dict({"sampling": {"lr": 1e-5}})
+    with pytest.raises(ValueError, match="RLConfig.lr: expected > 0"):
+        c.replace_flat(lr=0.0)
+
+
+def test_config_file_takes_flat_keys_and_nested_sections(tmp_path):
+    from agentrl.cli.config_file import read_config_file
+
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1.0e-5\nsampling:\n  temperature: 0.5\n  max-new-tokens: 16\nenv: {name: edit-menu}\n")
+    assert read_config_file(path) == {"lr": 1e-5, "temperature": 0.5, "max_new_tokens": 16, "env": "edit-menu"}
+    path.write_text("update: {learning_rate: 1}\n")
+    with pytest.raises(ValueError, match="unknown key 'learning_rate' in section 'update'"):
+        read_config_file(path)
