@@ -129,11 +129,11 @@ def register_step(sess, replay: ExpertReplaySampler, step: int) -> None:
     cfg = sess.cfg
     rng = random.Random(f"bench:{step}")
     replay.by_prompt.clear()
-    for task in step_tasks(sess.tasks.train, cfg.prompts_per_step, cfg.group_size, cfg.seed, step)[:: cfg.group_size]:
-        obs = make_env(cfg.env, **env_kwargs(cfg, sess.sandbox)).reset(task, seed=_seed(cfg, "train", step))
+    for task in step_tasks(sess.tasks.train, cfg.sampling.prompts_per_step, cfg.sampling.group_size, cfg.run.seed, step)[:: cfg.sampling.group_size]:
+        obs = make_env(cfg.env.name, **env_kwargs(cfg, sess.sandbox)).reset(task, seed=_seed(cfg, "train", step))
         prompt = render_prompt(sess.tokenizer, obs)
-        for _ in range(cfg.group_size):
-            replay.register(prompt, expert_turns(cfg.env, task, rng, random_op=True))
+        for _ in range(cfg.sampling.group_size):
+            replay.register(prompt, expert_turns(cfg.env.name, task, rng, random_op=True))
 
 
 def cache_gib(real) -> float:
@@ -162,13 +162,13 @@ def run_env(args, env_name: str, dtype: str, model_path: str, workdir: Path, tab
     from agentrl.rl.session import RunSession
     from agentrl.rl.trainer import train_step
 
-    cfg = RLConfig(model=model_path, env=env_name, dtype=dtype,
+    cfg = RLConfig.from_flat(model=model_path, env=env_name, dtype=dtype,
                    device=args.device, prompts_per_step=args.prompts, group_size=args.group, micro=args.micro,
                    micro_tokens=args.micro_tokens, gen_batch=args.gen_batch, steps=args.steps,
                    out=str(workdir / f"{env_name}_{dtype}"), seed=args.seed)
     with RunSession.open(cfg) as sess:
         eot = sess.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch)
+        sampling = SamplingConfig(max_new_tokens=cfg.sampling.max_new_tokens, gen_batch=cfg.sampling.gen_batch)
         real = make_real_sampler(args.sampler, sess.model, sess.pad_id, sampling)
         replay = ExpertReplaySampler(real, sess.tokenizer, eot)
         sess.sampler = replay

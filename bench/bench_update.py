@@ -2,7 +2,7 @@
 padded (same head, padded trunk) vs full logits.
 
 Not a test. All methods run the same agentrl.rl.update.minibatch_step (same batch, same microbatching,
-same loss, same optimizer) in this process: `packed` is the default (cfg.pack_rows), `padded` sets
+same loss, same optimizer) in this process: `packed` is the default (cfg.update.pack_rows), `padded` sets
 pack_rows=False, `naive` swaps the log-prob function for one that materialises the full [micro, L, V]
 logits (what the write-up's trainer did). Configurations: the write-up's 8 prompts x 8 samples = 64 rows of
 ~--length tokens (prompt, then alternating policy / tool segments), fp32 and bf16, gradient checkpointing
@@ -88,11 +88,11 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, co
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
     if compiled:  # after make_batch's no-grad scoring: the warm-up update then compiles the training graph only
         update.compile_decoder_layers(model)
-    cfg = RLConfig(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
+    cfg = RLConfig.from_flat(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
                    gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed",
                    micro_tokens=micro_tokens)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.update.lr, weight_decay=0.0)
     saved = update.policy_logprobs
     update.policy_logprobs = naive_logprobs if method == "naive" else policy_logprobs
     runs, static = [], []

@@ -77,7 +77,7 @@ def async_speedup(steps: int) -> dict:
 
     out = {}
     for name, kw in (("sync", {}), ("async_staleness_1", {"async_rollouts": True, "max_staleness": 1})):
-        cfg = RLConfig(env="edit-menu", steps=steps, prompts_per_step=4, group_size=4, eval_n=1, eval_size=2,
+        cfg = RLConfig.from_flat(env="edit-menu", steps=steps, prompts_per_step=4, group_size=4, eval_n=1, eval_size=2,
                        train_size=16, max_new_tokens=48, lr=1e-4, micro=2, n_boot=200, seed=3,
                        out=tempfile.mkdtemp() + "/run", **kw)
         # the trainer binds the scripted sampler to the model it samples with (the rollout copy when async)

@@ -33,7 +33,7 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = RLConfig(env="edit-menu", device="cpu", async_rollouts=True, rollout_workers=1, out=f"{tmp}/run")
+        cfg = RLConfig.from_flat(env="edit-menu", device="cpu", async_rollouts=True, rollout_workers=1, out=f"{tmp}/run")
         with open_rank_session(cfg, name="bench") as sess:
             copy = sess.rollout_copy()
             local = []

@@ -106,8 +106,8 @@ def test_demo_tasks_and_expert_episodes_tokenize_as_qwen3(demo_tok, qwen3, seed)
     from agentrl.tasks.sets import task_sets
 
     cfg = RLConfig.from_preset("demo", seed=seed)
-    sets = task_sets("bugfix", families=cfg.families, eval_size=cfg.eval_size, seed=seed)
-    tasks = list(sets.train[: cfg.warm_start_tasks]) + list(sets.heldout)
+    sets = task_sets("bugfix", families=cfg.tasks.families, eval_size=cfg.eval.size, seed=seed)
+    tasks = list(sets.train[: cfg.warm_start.tasks]) + list(sets.heldout)
     trajs = expert_trajectories("edit-menu", tasks, qwen3, random_op=True, seed=seed, sandbox=Sandbox(), check=False)
     for tr in trajs:
         text = qwen3.decode(list(tr.prompt_ids) + list(tr.completion_ids))

@@ -74,11 +74,11 @@ def test_one_dtype_vocabulary_across_every_command(capsys):
     parser = build_parser()
     for alias, canonical in (("bfloat16", "bf16"), ("float32", "fp32"), ("torch.bfloat16", "bf16"), ("auto", "auto"),
                              ("FP32", "fp32")):
-        assert config_from_args(parser.parse_args(["train", "--dtype", alias])).dtype == canonical
-        assert config_from_args(parser.parse_args(["eval", "--dtype", alias])).dtype == canonical
+        assert config_from_args(parser.parse_args(["train", "--dtype", alias])).policy.dtype == canonical
+        assert config_from_args(parser.parse_args(["eval", "--dtype", alias])).policy.dtype == canonical
         for cmd in ("smoke", "sft", "serve-policy"):
             assert parser.parse_args([cmd, "--dtype", alias]).dtype == canonical, cmd
-    assert config_from_args(parser.parse_args(["eval", "--dtype", "half"])).dtype == "fp16"  # inference only
+    assert config_from_args(parser.parse_args(["eval", "--dtype", "half"])).policy.dtype == "fp16"  # inference only
     with pytest.raises(ValueError, match="fp16 training needs loss scaling"):
         config_from_args(parser.parse_args(["train", "--dtype", "float16"]))
     for cmd in ("train", "eval", "smoke", "sft", "serve-policy"):

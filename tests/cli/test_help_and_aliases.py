@@ -131,10 +131,10 @@ def test_a_bad_key_in_the_config_file_is_one_line_naming_it(tmp_path, capsys):
 def test_flags_without_a_preset_say_what_they_start_from():
     from agentrl.cli.train import start_line
 
-    line = start_line(RLConfig(out="runs/mine"))
+    line = start_line(RLConfig.from_flat(out="runs/mine"))
     assert line.startswith("train: no --preset: --model tiny-qwen3 in --env coding-tools, --tasks bugfix, warm start none")
     assert "random weights" in line and "--warm-start sft" in line and "--preset demo" in line
-    assert "random weights" not in start_line(RLConfig(warm_start="sft"))
+    assert "random weights" not in start_line(RLConfig.from_flat(warm_start="sft"))
     assert start_line(RLConfig.from_preset("demo")) is None
 
 

@@ -11,7 +11,7 @@ from agentrl.rl.config import RLConfig
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_thinking_flags_parse(command):
     parse = build_parser().parse_args
-    assert parse([command]).thinking is False and RLConfig().thinking is False
+    assert parse([command]).thinking is False and RLConfig().policy.thinking is False
     assert parse([command, "--thinking"]).thinking is True
     assert parse([command, "--thinking", "--no-thinking"]).thinking is False
     assert parse([command, "--no_thinking"]).thinking is False
@@ -43,9 +43,10 @@ def test_eval_with_thinking_records_it_and_prompts_without_the_stub(tmp_path, mo
 @pytest.mark.slow
 def test_smoke_with_thinking(capsys):
     from agentrl.models.load import load_policy
+    from agentrl.models.policy import PolicyConfig
     from agentrl.rollout.smoke import SmokeConfig, run_smoke
 
-    report = run_smoke(SmokeConfig(thinking=True, episodes=1, max_new_tokens=4, show=0))
+    report = run_smoke(SmokeConfig(policy=PolicyConfig(thinking=True), episodes=1, max_new_tokens=4, show=0))
     assert "thinking on" in report["template_check"]
     (tr,) = report["trajectories"]
     tok = load_policy("tiny-qwen3")[1]

@@ -20,6 +20,7 @@ from agentrl.envs import (
 )
 from agentrl.rl.config import RLConfig
 from agentrl.rl.run_setup import check_env_fits_tasks, env_kwargs
+from agentrl.rl.sections import EnvSection
 from agentrl.tasks.sets import TaskSets
 from agentrl.tasks.words import wordle_task
 
@@ -41,7 +42,7 @@ def test_each_builtin_spec_is_declared_in_its_own_module():
 
 
 def test_the_session_asks_the_spec():
-    cfg = RLConfig(env="edit-menu", max_edits=2, max_observation_chars=123)
+    cfg = RLConfig.from_flat(env="edit-menu", max_edits=2, max_observation_chars=123)
     kw = env_kwargs(cfg, sandbox="box")
     assert kw == {"max_turns": 6, "max_observation_chars": 123, "max_edits": 2, "sandbox": "box"}
     env = make_env("edit-menu", **{**kw, "sandbox": None})
@@ -50,7 +51,7 @@ def test_the_session_asks_the_spec():
     check_env_fits_tasks("wordle", wordle)
     with pytest.raises(ValueError, match="it takes bug-fix tasks with an edit menu"):
         check_env_fits_tasks("edit-menu", wordle)
-    help_text = RLConfig.__dataclass_fields__["env"].metadata["help"]
+    help_text = EnvSection.__dataclass_fields__["name"].metadata["help"]
     assert all(f"{n} ({get_spec(n).summary})" in help_text for n in env_names())
 
 
@@ -76,8 +77,8 @@ def test_doc_example_env_registers_and_passes_check_env(tmp_path):
         summary = check_env(env, namespace["reverse_task"]("stressed"))
         assert summary == {"reward": 1.0, "turns": 2, "end_reason": "submitted"}
         assert expert_turns("reverse-word", namespace["reverse_task"]("abc"))[1][0].arguments == {"text": "cba"}
-        cfg = RLConfig(max_observation_chars=50)
-        assert get_spec("reverse-word").kwargs_from_config(cfg) == {"max_turns": 6, "max_observation_chars": 50}
+        cfg = RLConfig.from_flat(max_observation_chars=50)
+        assert get_spec("reverse-word").kwargs_from_config(cfg.env) == {"max_turns": 6, "max_observation_chars": 50}
     finally:
         if "reverse-word" in env_names():
             unregister_env("reverse-word")

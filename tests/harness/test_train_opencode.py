@@ -34,11 +34,11 @@ def fix_or_give_up(tasks, state):
 @needs_opencode
 @pytest.mark.slow
 def test_train_agent_opencode_end_to_end(tmp_path):
-    cfg = RLConfig(agent="opencode", steps=1, prompts_per_step=1, group_size=2, eval_size=1, eval_n=1, train_size=4,
+    cfg = RLConfig.from_flat(agent="opencode", steps=1, prompts_per_step=1, group_size=2, eval_size=1, eval_n=1, train_size=4,
                    max_context_tokens=8192, max_new_tokens=512, agent_max_calls=4, agent_timeout_s=150, minibatches=1,
                    micro=1, lr=1e-3, n_boot=100, out=str(tmp_path / "run"), checkpoint_every=1, seed=1)
     state = {"first_turns": 0}
-    sets = task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, seed=cfg.seed)  # the run's
+    sets = task_sets(cfg.tasks.source, train_size=cfg.tasks.train_size, eval_size=cfg.eval.size, seed=cfg.run.seed)  # the run's
     path = train(cfg, sampler=fix_or_give_up(list(sets.train) + list(sets.heldout), state))
     data = validate_results(path)
     assert data["status"] == "completed"

@@ -105,7 +105,7 @@ def test_sampler_registry_is_what_config_cli_and_session_read():
         assert list(action.choices) == list(SAMPLERS)
         assert all(name in action.help for name in SAMPLERS)
     with pytest.raises(ValueError, match=r"RLConfig.sampler: expected one of \('hf', 'fast'\), got 'vllm'"):
-        RLConfig(sampler="vllm")
+        RLConfig.from_flat(sampler="vllm")
     with pytest.raises(ValueError, match="--sampler 'vllm' is not a sampler; expected one of hf, fast"):
         get_sampler("vllm")
     assert build_sampler("hf", None, None, None, max_batch=4) is None  # the driver's own generate path

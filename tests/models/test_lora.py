@@ -58,4 +58,4 @@ def test_grpo_with_lora_checkpoints_adapters_and_resumes(tmp_path):
 
 def test_lora_refuses_the_fast_sampler():
     with pytest.raises(ValueError, match="LoRA needs --sampler hf"):
-        RLConfig(lora_r=4, sampler="fast")
+        RLConfig.from_flat(lora_r=4, sampler="fast")

@@ -30,8 +30,8 @@ def record_noise(res):
 
 def build_synthetic(path, n_steps=6):
     """A results file shaped like the tools lab's: before/after evals, an eval curve, per-step metrics."""
-    cfg = RLConfig(steps=n_steps, eval_every=2)
-    res = RunResults(path, cfg.to_dict(), seed=cfg.seed)
+    cfg = RLConfig.from_flat(steps=n_steps, eval_every=2)
+    res = RunResults(path, cfg.to_flat(), seed=cfg.run.seed)
     ids = [f"task{i}" for i in range(10)]
     res.add_evaluation("before", step=0, report=counts_report(
         ids, BEFORE, 8, tool_stats={"edit_missing_old_string": 0.30, "write": 0.46, "bash": 0.2}))

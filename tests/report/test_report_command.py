@@ -64,7 +64,7 @@ def test_log_tees_to_file(tmp_path):
 
 def _default_like_run(path, n_steps=3, finish=True):
     """A results file like the README's default run: constant zero reward, zero-std groups, entropy None."""
-    res = RunResults(path, RLConfig(steps=n_steps).to_dict(), seed=0)
+    res = RunResults(path, RLConfig.from_flat(steps=n_steps).to_flat(), seed=0)
     ids = [f"t{i}" for i in range(4)]
     res.add_evaluation("before", step=0, report=counts_report(ids, [0] * 4, 2, n_boot=200,
                                                               tool_stats={"tool_calls": 0.0, "ok_calls": float("nan")}))

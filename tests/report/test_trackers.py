@@ -34,9 +34,9 @@ def test_metric_names_follow_trl():
 
 
 def test_report_to_is_a_config_flag_with_choices():
-    assert RLConfig(report_to="tensorboard").report_to == "tensorboard"
+    assert RLConfig.from_flat(report_to="tensorboard").run.report_to == "tensorboard"
     with pytest.raises(ValueError, match="report_to"):
-        RLConfig(report_to="mlflow")
+        RLConfig.from_flat(report_to="mlflow")
     with pytest.raises(ValueError, match="expected one of none, tensorboard, trackio, wandb"):
         open_tracker("mlflow", "x", config={})
     assert REPORT_TO == ("none", "tensorboard", "trackio", "wandb")

@@ -81,9 +81,9 @@ def test_estimator_registry_is_what_config_cli_and_group_advantages_read():
     for name, est in ADV_ESTIMATORS.items():
         if est.min_group_size > 1:
             with pytest.raises(ValueError, match=f"adv_mode '{name}' needs group_size >= {est.min_group_size}"):
-                RLConfig(adv_mode=name, group_size=1, prompts_per_step=2, minibatches=1)
+                RLConfig.from_flat(adv_mode=name, group_size=1, prompts_per_step=2, minibatches=1)
         else:
-            assert RLConfig(adv_mode=name, group_size=1, prompts_per_step=2, minibatches=1).adv_mode == name
+            assert RLConfig.from_flat(adv_mode=name, group_size=1, prompts_per_step=2, minibatches=1).update.adv_mode == name
     with pytest.raises(ValueError, match="group_advantages: mode 'ppo' is not an advantage estimator; "
                                          "expected one of grpo, dr_grpo, rloo, none"):
         group_advantages(torch.zeros(4), 2, "ppo")

@@ -66,9 +66,9 @@ def test_bad_input_leaves_the_earlier_run_untouched(tmp_path, models, capsys, ca
 
 
 def test_cli_command_reproduces_the_config():
-    cfg = RLConfig(env="edit-menu", steps=5, out="runs/my run", thinking=True, checkpoint_every=1)
+    cfg = RLConfig.from_flat(env="edit-menu", steps=5, out="runs/my run", thinking=True, checkpoint_every=1)
     cmd = cli_command(cfg, resume=True)
-    assert cmd == ("agentrl train --env edit-menu --thinking --steps 5 --out 'runs/my run' "
+    assert cmd == ("agentrl train --thinking --env edit-menu --steps 5 --out 'runs/my run' "
                    "--checkpoint-every 1 --resume")
     args = build_parser().parse_args(shlex.split(cmd)[1:])
-    assert config_from_args(args).to_dict() == {**cfg.to_dict(), "resume": True}
+    assert config_from_args(args).to_flat() == {**cfg.to_flat(), "resume": True}

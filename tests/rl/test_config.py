@@ -3,33 +3,33 @@ import dataclasses
 import pytest
 
 from agentrl.cli.flags import config_from_args, rlconfig_parser
-from agentrl.rl.config import RLConfig
+from agentrl.rl.config import RLConfig, flat_fields
 
 
 def test_defaults_follow_the_writeup():
     c = RLConfig()
-    assert (c.group_size, c.prompts_per_step, c.max_turns, c.adv_mode) == (8, 8, 6, "grpo")
-    assert (c.clip_low, c.clip_high, c.epochs, c.minibatches, c.kl_coef) == (0.2, 0.2, 1, 2, 0.0)
-    assert (c.max_grad_norm, c.weight_decay, c.temperature, c.top_k, c.top_p) == (1.0, 0.0, 1.0, None, 1.0)
-    assert c.randomize_names is True and c.dtype == "fp32"
+    assert (c.sampling.group_size, c.sampling.prompts_per_step, c.env.max_turns, c.update.adv_mode) == (8, 8, 6, "grpo")
+    assert (c.update.clip_low, c.update.clip_high, c.update.epochs, c.update.minibatches, c.update.kl_coef) == (0.2, 0.2, 1, 2, 0.0)
+    assert (c.update.max_grad_norm, c.update.weight_decay, c.sampling.temperature, c.sampling.top_k, c.sampling.top_p) == (1.0, 0.0, 1.0, None, 1.0)
+    assert c.tasks.randomize_names is True and c.policy.dtype == "fp32"
 
 
 def test_every_field_has_a_flag_with_help():
     parser = rlconfig_parser()
     flags = {opt: a for a in parser._actions for opt in a.option_strings}
-    for f in dataclasses.fields(RLConfig):
-        assert f.metadata.get("help"), f.name
-        action = flags[f"--{f.name.replace('_', '-')}"]
-        assert flags.get(f"--{f.name}", action) is action  # the underscore spelling is the same flag
-        assert action.dest == f.name and f.metadata["help"] in action.help
+    for name, _, f, _ in flat_fields():
+        assert f.metadata.get("help"), name
+        action = flags[f"--{name.replace('_', '-')}"]
+        assert flags.get(f"--{name}", action) is action  # the underscore spelling is the same flag
+        assert action.dest == name and f.metadata["help"] in action.help
 
 
 def test_flags_parse_literal_bool_optional():
     (c,) = rlconfig_parser().parse_args_into_dataclasses(
         ["--adv_mode", "rloo", "--no_randomize_names", "--top_k", "20", "--dtype", "bf16", "--gradient_checkpointing",
          "true", "--lr", "3e-6"])
-    assert c.adv_mode == "rloo" and c.randomize_names is False and c.top_k == 20
-    assert c.dtype == "bf16" and c.gradient_checkpointing is True and c.lr == 3e-6
+    assert c.update.adv_mode == "rloo" and c.tasks.randomize_names is False and c.sampling.top_k == 20
+    assert c.policy.dtype == "bf16" and c.update.gradient_checkpointing is True and c.update.lr == 3e-6
     with pytest.raises(SystemExit):
         rlconfig_parser().parse_args_into_dataclasses(["--adv_mode", "ppo"])
 
@@ -38,7 +38,7 @@ def test_flags_added_to_foreign_parser_roundtrip():
     import argparse
     p = argparse.ArgumentParser().add_subparsers().add_parser("train", parents=[rlconfig_parser(add_help=False)])
     c = config_from_args(p.parse_args(["--steps", "3", "--resume", "true"]))
-    assert c.steps == 3 and c.resume is True
+    assert c.run.steps == 3 and c.run.resume is True
     assert RLConfig.from_dict(c.to_dict()) == c
 
 
@@ -49,23 +49,23 @@ def test_flags_added_to_foreign_parser_roundtrip():
 ])
 def test_validation_names_the_field(kw, field):
     with pytest.raises(ValueError, match=f"RLConfig.{field}"):
-        RLConfig(**kw)
+        RLConfig.from_flat(**kw)
 
 
 def test_group_size_one_allowed_without_baseline():
-    assert RLConfig(adv_mode="none", group_size=1).group_size == 1
+    assert RLConfig.from_flat(adv_mode="none", group_size=1).sampling.group_size == 1
     with pytest.raises(ValueError, match="unknown keys"):
         RLConfig.from_dict({"nope": 1})
 
 
-FLOAT_FIELDS = [f.name for f in dataclasses.fields(RLConfig) if isinstance(f.default, float)]
+FLOAT_FIELDS = [name for name, _, f, _ in flat_fields() if isinstance(f.default, float)]
 
 
 @pytest.mark.parametrize("name", FLOAT_FIELDS)
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), True, "1.0"])
 def test_float_fields_reject_non_finite_and_wrong_types(name, bad):
     with pytest.raises(ValueError, match=f"RLConfig.{name}: expected"):
-        RLConfig(**{name: bad})
+        RLConfig.from_flat(**{name: bad})
 
 
 @pytest.mark.parametrize("name,bad", [("steps", "3"), ("steps", 2.5), ("group_size", True), ("top_k", 2.5),
@@ -73,12 +73,12 @@ def test_float_fields_reject_non_finite_and_wrong_types(name, bad):
                                       ("seed", None)])
 def test_fields_reject_the_wrong_type(name, bad):
     with pytest.raises(ValueError, match=f"RLConfig.{name}: expected"):
-        RLConfig(**{name: bad})
+        RLConfig.from_flat(**{name: bad})
 
 
 def test_ints_are_accepted_for_float_fields_and_top_k_help_matches():
-    assert RLConfig(lr=1, kl_coef=0, top_k=5).lr == 1
-    help_text = next(f.metadata["help"] for f in dataclasses.fields(RLConfig) if f.name == "top_k")
+    assert RLConfig.from_flat(lr=1, kl_coef=0, top_k=5).update.lr == 1
+    help_text = next(f.metadata["help"] for name, _, f, _ in flat_fields() if name == "top_k")
     assert "None" not in help_text and "leave the flag out" in help_text
 
 
@@ -86,8 +86,8 @@ def test_compile_layers_needs_a_sampler_that_leaves_the_layers_alone():
     from agentrl.rollout.samplers import SAMPLERS
 
     with pytest.raises(ValueError, match="compile_layers.*--sampler fast"):
-        RLConfig(compile_layers=True, sampler="hf")
-    assert RLConfig(compile_layers=True, sampler="fast").compile_layers
+        RLConfig.from_flat(compile_layers=True, sampler="hf")
+    assert RLConfig.from_flat(compile_layers=True, sampler="fast").update.compile_layers
     assert [n for n, s in SAMPLERS.items() if not s.runs_layer_forward] == ["fast"]
 
 
@@ -102,7 +102,40 @@ def test_compile_layers_trains_one_step_with_the_layers_compiled(tmp_path, monke
     real = training_state.compile_decoder_layers  # patched where the training state calls it
     monkeypatch.setattr(training_state, "compile_decoder_layers",
                         lambda model, **kw: compiled.append(real(model, **kw)) or compiled[-1])
-    cfg = RLConfig(env="edit-menu", compile_layers=True, sampler="fast", steps=1, prompts_per_step=2, group_size=2,
+    cfg = RLConfig.from_flat(env="edit-menu", compile_layers=True, sampler="fast", steps=1, prompts_per_step=2, group_size=2,
                    eval_size=1, eval_n=1, train_size=4, max_new_tokens=8, micro=2, n_boot=100, out=str(tmp_path / "r"))
     data = validate_results(train(cfg))
     assert compiled == [2] and data["status"] == "completed" and data["config"]["compile_layers"] is True
+
+
+def test_sections_and_flat_names_map_one_to_one():
+    """Every field has one flat name (its flag, its results-file key) and one (section, field); the tree and
+    the flat mapping carry the same values, and an old flat config (results.json, agentrl_run.json) reads back."""
+    from agentrl.rl.config import FLAT, SECTIONS
+
+    c = RLConfig.from_flat(lr=3e-6, env="edit-menu", agent_timeout_s=5.0, eval_n=2, dtype="bfloat16")
+    assert (c.update.lr, c.env.name, c.agent.timeout_s, c.eval.n, c.policy.dtype) == (3e-6, "edit-menu", 5.0, 2, "bf16")
+    flat = c.to_flat()
+    assert list(flat) == list(FLAT) and len(FLAT) == sum(len(dataclasses.fields(s)) for s in SECTIONS.values())
+    assert flat["agent_timeout_s"] == 5.0 and flat["dtype"] == "bf16" and "update" not in flat
+    assert c.to_dict()["update"]["lr"] == 3e-6 and c.to_dict()["env"]["name"] == "edit-menu"
+    assert RLConfig.from_dict(flat) == c == RLConfig.from_dict(c.to_dict())  # flat (old files) or nested
+    assert RLConfig.from_dict({"sampling": {"temperature": 0.5}, "lr": 1e-5}).sampling.temperature == 0.5
+    assert c.replace_flat(steps=0).run.steps == 0 and c.run.steps == 3  # a copy; sections are frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.update.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match="unknown keys.*section 'sampling'"):
+        RLConfig.from_dict({"sampling": {"lr": 1e-5}})
+    with pytest.raises(ValueError, match="RLConfig.lr: expected > 0"):
+        c.replace_flat(lr=0.0)
+
+
+def test_config_file_takes_flat_keys_and_nested_sections(tmp_path):
+    from agentrl.cli.config_file import read_config_file
+
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1.0e-5\nsampling:\n  temperature: 0.5\n  max-new-tokens: 16\nenv: {name: edit-menu}\n")
+    assert read_config_file(path) == {"lr": 1e-5, "temperature": 0.5, "max_new_tokens": 16, "env": "edit-menu"}
+    path.write_text("update: {learning_rate: 1}\n")
+    with pytest.raises(ValueError, match="unknown key 'learning_rate' in section 'update'"):
+        read_config_file(path)

@@ -49,8 +49,8 @@ def test_one_grpo_step_moves_parameters(tiny_qwen3):
     lp, _ = policy_logprobs(model, batch.input_ids, batch.attention_mask, batch.policy_mask)
     assert torch.allclose(lp, batch.old_logprobs, atol=1e-5)
     before = [p.detach().clone() for p in model.parameters()]
-    cfg = RLConfig(group_size=4, prompts_per_step=2, micro=3, lr=1e-2)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    cfg = RLConfig.from_flat(group_size=4, prompts_per_step=2, micro=3, lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.update.lr, weight_decay=cfg.update.weight_decay)
     metrics = minibatch_step(model, opt, batch, cfg)
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and metrics["clip_frac"] == 0.0
     assert metrics["kl_sampler"] == pytest.approx(0.0, abs=1e-6) and metrics["logprob_gap_abs"] < 1e-4
@@ -70,7 +70,7 @@ def test_bf16_model_gives_fp32_logprobs(tiny_qwen3, make_batch, dtype):
 def test_gradient_checkpointing_keeps_the_gradient(tiny_qwen3, make_batch):
     model = tiny_qwen3(dtype=torch.float64)
     b = make_batch(n=4)
-    cfg = RLConfig(micro=2)
+    cfg = RLConfig.from_flat(micro=2)
     accumulate_gradients(model, b, cfg, normalizer=b.num_policy_tokens)
     ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)

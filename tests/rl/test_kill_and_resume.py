@@ -61,7 +61,7 @@ elif point == "sampling":
         return sampler
     test_trainer.edit_menu_sampler = killing
 from agentrl.rl.config import RLConfig
-test_trainer._run(RLConfig(**cfg))
+test_trainer._run(RLConfig.from_flat(**cfg))
 '''
 
 
@@ -148,5 +148,5 @@ def test_interrupted_run_prints_how_to_resume(tmp_path):
     hint = next(line for line in log.splitlines() if "to resume from step_" in line)
     args = build_parser().parse_args(shlex.split(hint.split(": agentrl ", 1)[1]))
     cfg = config_from_args(args)  # the hint is the same run's config, plus --resume
-    assert (cfg.resume, cfg.steps, cfg.out, cfg.env, cfg.checkpoint_every) == (True, 50, str(out), "edit-menu", 1)
-    assert cfg.to_dict() == {**json.loads((out / "results.json").read_text())["config"], "resume": True}
+    assert (cfg.run.resume, cfg.run.steps, cfg.run.out, cfg.env.name, cfg.run.checkpoint_every) == (True, 50, str(out), "edit-menu", 1)
+    assert cfg.to_flat() == {**json.loads((out / "results.json").read_text())["config"], "resume": True}

@@ -11,7 +11,7 @@ from agentrl.rl.update import minibatch_step
 
 
 def _cfg(**kw):
-    return RLConfig(**(dict(micro=2, minibatches=2, epochs=1, max_grad_norm=1e9, lr=1e-2) | kw))
+    return RLConfig.from_flat(**(dict(micro=2, minibatches=2, epochs=1, max_grad_norm=1e9, lr=1e-2) | kw))
 
 
 @pytest.mark.parametrize("targets", ["all-linear", "q_proj,v_proj"])
@@ -52,6 +52,6 @@ def test_reference_of_a_frozen_copy_is_the_copy(tiny_qwen3):
 def test_lora_settings_are_checked():
     for bad in (dict(lora_r=-1), dict(lora_alpha=0.0), dict(lora_dropout=1.0)):
         with pytest.raises(ValueError, match="lora_"):
-            RLConfig(**bad)
+            RLConfig.from_flat(**bad)
     with pytest.raises(ValueError, match="LoRA needs r >= 1"):
         apply_lora(torch.nn.Linear(2, 2), r=0, alpha=1, dropout=0, target_modules="all-linear")

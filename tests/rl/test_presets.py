@@ -19,29 +19,29 @@ def _cfg(argv: list[str]) -> RLConfig:
 def test_no_flags_is_the_demo_preset():
     assert _cfg([]) == RLConfig.from_preset("demo")
     demo = RLConfig.from_preset("demo")
-    assert demo.preset == "demo" and demo.warm_start == "sft" and demo.env == "edit-menu"
-    assert demo.model == "demo-qwen3" and demo.to_dict() == {**RLConfig().to_dict(), **PRESETS["demo"], "preset": "demo"}
+    assert demo.run.preset == "demo" and demo.warm_start.method == "sft" and demo.env.name == "edit-menu"
+    assert demo.policy.model == "demo-qwen3" and demo.to_flat() == {**RLConfig().to_flat(), **PRESETS["demo"], "preset": "demo"}
 
 
 def test_only_seed_out_and_resume_keep_the_demo():
     """`agentrl train --seed 1 --out runs/s1` (as results/README.md measures the main job) is still the demo."""
     assert _cfg(["--seed", "1", "--out", "runs/s1"]) == RLConfig.from_preset("demo", seed=1, out="runs/s1")
     assert _cfg(["--out=runs/s1", "--resume"]) == RLConfig.from_preset("demo", out="runs/s1", resume=True)
-    assert _cfg(["--seed", "1", "--steps", "2"]) == RLConfig(seed=1, steps=2)  # any other flag: plain defaults
+    assert _cfg(["--seed", "1", "--steps", "2"]) == RLConfig.from_flat(seed=1, steps=2)  # any other flag: plain defaults
 
 
 def test_flags_without_preset_keep_the_plain_defaults():
     """An explicit user (`--model X --env Y`) gets no warm start unless asking for it."""
     cfg = _cfg(["--env", "coding-tools", "--seed", "3"])
-    assert cfg == RLConfig(env="coding-tools", seed=3) and cfg.warm_start == "none" and cfg.preset == ""
-    assert _cfg(["--warm-start", "sft"]).warm_start == "sft"
+    assert cfg == RLConfig.from_flat(env="coding-tools", seed=3) and cfg.warm_start.method == "none" and cfg.run.preset == ""
+    assert _cfg(["--warm-start", "sft"]).warm_start.method == "sft"
 
 
 def test_flags_after_a_preset_override_it_in_either_order():
     for argv in (["--preset", "demo", "--seed", "1", "--steps", "2"], ["--seed", "1", "--preset=demo", "--steps", "2"]):
         assert _cfg(argv) == RLConfig.from_preset("demo", seed=1, steps=2)
-    assert _cfg(["--preset", "demo", "--warm-start", "none"]).warm_start == "none"
-    assert _cfg(["--preset", "demo", "--env", "edit-menu", "--families", ""]).families == ""
+    assert _cfg(["--preset", "demo", "--warm-start", "none"]).warm_start.method == "none"
+    assert _cfg(["--preset", "demo", "--env", "edit-menu", "--families", ""]).tasks.families == ""
 
 
 def test_unknown_preset_is_a_clear_error(capsys):
@@ -49,7 +49,7 @@ def test_unknown_preset_is_a_clear_error(capsys):
     with pytest.raises(ValueError, match="unknown preset 'nope'"):
         RLConfig.from_preset("nope")
     with pytest.raises(ValueError, match="RLConfig.preset"):
-        RLConfig(preset="nope")
+        RLConfig.from_flat(preset="nope")
     with pytest.raises(SystemExit) as exit_:  # argparse's choice error, not an internal class name
         main(["train", "--preset", "nope", "--out", "/nonexistent/x"])
     err = capsys.readouterr().err
@@ -82,17 +82,17 @@ def test_eval_takes_no_warm_start_or_preset_flags():
 ])
 def test_warm_start_fields_are_validated(kw, words):
     with pytest.raises(ValueError, match=words):
-        RLConfig(**kw)
+        RLConfig.from_flat(**kw)
 
 
 def test_sft_warm_start_is_registered_and_checked_before_a_run():
     assert callable(warm_start_fn("sft"))
     check_warm_start(RLConfig.from_preset("demo"))
-    check_warm_start(RLConfig(warm_start="none", env="wordle", tasks="wordle"))
-    for cfg, words in ((RLConfig(warm_start="sft", env="wordle", tasks="wordle"), "scripted expert"),
-                       (RLConfig(warm_start="sft", env="python-session", tasks="mbpp"), "scripted expert|bug-fix"),
-                       (RLConfig(warm_start="sft", env="edit-menu", tasks="mbpp"), "--tasks bugfix"),
-                       (RLConfig(warm_start="sft", agent="opencode"), "--agent opencode")):
+    check_warm_start(RLConfig.from_flat(warm_start="none", env="wordle", tasks="wordle"))
+    for cfg, words in ((RLConfig.from_flat(warm_start="sft", env="wordle", tasks="wordle"), "scripted expert"),
+                       (RLConfig.from_flat(warm_start="sft", env="python-session", tasks="mbpp"), "scripted expert|bug-fix"),
+                       (RLConfig.from_flat(warm_start="sft", env="edit-menu", tasks="mbpp"), "--tasks bugfix"),
+                       (RLConfig.from_flat(warm_start="sft", agent="opencode"), "--agent opencode")):
         with pytest.raises(ValueError, match=words):
             check_warm_start(cfg)
 
@@ -112,11 +112,11 @@ def test_cpu_threads_hold_while_a_run_is_open_and_are_restored():
     from agentrl.rl.session import torch_cpu_threads
 
     before = torch.get_num_threads()
-    assert RLConfig.from_preset("demo").cpu_threads == 1 and RLConfig().cpu_threads == 0
-    with torch_cpu_threads(RLConfig(cpu_threads=1, device="cpu")):
+    assert RLConfig.from_preset("demo").scale.cpu_threads == 1 and RLConfig().scale.cpu_threads == 0
+    with torch_cpu_threads(RLConfig.from_flat(cpu_threads=1, device="cpu")):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    with torch_cpu_threads(RLConfig(cpu_threads=0, device="cpu")):
+    with torch_cpu_threads(RLConfig.from_flat(cpu_threads=0, device="cpu")):
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="RLConfig.cpu_threads"):
-        RLConfig(cpu_threads=-1)
+        RLConfig.from_flat(cpu_threads=-1)

@@ -18,7 +18,7 @@ from agentrl.rollout.scripted import random_edit_sampler
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("m") / "run"
-    cfg = RLConfig(env="edit-menu", families="minmax,compare", steps=1, prompts_per_step=2, group_size=4,
+    cfg = RLConfig.from_flat(env="edit-menu", families="minmax,compare", steps=1, prompts_per_step=2, group_size=4,
                    eval_n=1, eval_size=2, train_size=8, max_new_tokens=40, max_turns=3, lr=1e-3, micro=2,
                    out=str(out), checkpoint_every=1, n_boot=100, seed=3)
     train(cfg, sampler=random_edit_sampler(0))
@@ -82,7 +82,7 @@ def test_the_training_steps_line_follows_the_steps_own_lines(run):
 
 def test_a_lora_run_ends_with_its_adapters_and_base_and_sft_continues_from_it(tmp_path, capsys):
     out = tmp_path / "lora"
-    cfg = RLConfig(env="edit-menu", steps=1, prompts_per_step=2, group_size=2, eval_n=1, eval_size=2, train_size=4,
+    cfg = RLConfig.from_flat(env="edit-menu", steps=1, prompts_per_step=2, group_size=2, eval_n=1, eval_size=2, train_size=4,
                    max_new_tokens=16, max_turns=2, lr=1e-3, micro=2, out=str(out), n_boot=100, lora_r=4, seed=1)
     train(cfg, sampler=random_edit_sampler(0))
     model = out / "model"

@@ -91,7 +91,7 @@ def test_update_path_uses_the_config_masks(policy):
 
     model, tok = policy
     ctx = _contexts(tok)
-    cfg = RLConfig(top_k=6, top_p=0.8, temperature=0.9, micro=2, minibatches=1, prompts_per_step=1, group_size=3)
+    cfg = RLConfig.from_flat(top_k=6, top_p=0.8, temperature=0.9, micro=2, minibatches=1, prompts_per_step=1, group_size=3)
     samples = _sample("hf", model, tok, ctx, SamplingConfig(max_new_tokens=10, temperature=0.9, top_k=6, top_p=0.8))
     batch = _train_batch(ctx, samples)
     st = accumulate_gradients(model, batch, cfg, normalizer=float(batch.policy_mask.sum()))
@@ -130,7 +130,7 @@ def test_proximal_logprobs_use_the_samplers_warpers_and_stale_tokens_outside_get
 
     model, tok = policy
     ctx = _contexts(tok)
-    cfg = RLConfig(top_k=4, top_p=0.9, temperature=1.1, micro=2, minibatches=1, prompts_per_step=1, group_size=3,
+    cfg = RLConfig.from_flat(top_k=4, top_p=0.9, temperature=1.1, micro=2, minibatches=1, prompts_per_step=1, group_size=3,
                    is_correction="always")
     samples = _sample("fast", model, tok, ctx, SamplingConfig(max_new_tokens=8, temperature=1.1, top_k=4, top_p=0.9))
     batch = _train_batch(ctx, samples)
@@ -166,7 +166,7 @@ def test_lora_is_refused_with_a_sampler_that_reads_the_base_weights():
 
     for name, spec in SAMPLERS.items():
         if spec.supports_lora:
-            assert RLConfig(sampler=name, lora_r=4).lora_r == 4
+            assert RLConfig.from_flat(sampler=name, lora_r=4).update.lora_r == 4
         else:
             with pytest.raises(ValueError, match=f"RLConfig.lora_r: expected 0 with --sampler {name}"):
-                RLConfig(sampler=name, lora_r=4)
+                RLConfig.from_flat(sampler=name, lora_r=4)

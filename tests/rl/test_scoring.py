@@ -81,9 +81,9 @@ def test_truncated_episodes_are_graded_by_default_and_masked_on_request():
 def test_mask_truncated_is_a_config_flag():
     from agentrl.cli.flags import rlconfig_parser
 
-    assert RLConfig().mask_truncated is False
+    assert RLConfig().update.mask_truncated is False
     (cfg,) = rlconfig_parser().parse_args_into_dataclasses(["--mask-truncated"])
-    assert cfg.mask_truncated is True
+    assert cfg.update.mask_truncated is True
 
 
 def test_bad_rewards_are_refused():

@@ -15,7 +15,7 @@ def _cfg(**kw):
     # from the padded ones at fp32 rounding, see test_packing.py; its microbatching is pinned below)
     base = dict(micro=2, minibatches=1, epochs=1, max_grad_norm=1e9, logprob_chunk_rows=5, pack_rows=False)
     base.update(kw)
-    return RLConfig(**base)
+    return RLConfig.from_flat(**base)
 
 
 def _reference_grads(model, b, *, ref_model=None, kl_coef=0.0):

@@ -146,7 +146,7 @@ def test_sampler_logprobs_equal_the_trainers_across_kept_kv_turns(policy, attent
     assert gap.mean().item() < 1e-5 and gap.max().item() < 1e-4, (gap.mean().item(), gap.max().item())
     batch = TrainBatch(input_ids=ids, attention_mask=attn, policy_mask=pmask, old_logprobs=old,
                        advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0]), rewards=torch.zeros(n))
-    cfg = RLConfig(micro=4, minibatches=1, prompts_per_step=3, group_size=2)
+    cfg = RLConfig.from_flat(micro=4, minibatches=1, prompts_per_step=3, group_size=2)
     st = accumulate_gradients(model, batch, cfg, normalizer=float(pmask.sum()))
     model.zero_grad(set_to_none=True)
     assert st["tokens_trained"] == int(pmask.sum())

@@ -10,13 +10,13 @@ dp_minibatch_step vs minibatch_step, and their metrics.
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rl"))
 from conftest import make_tiny_qwen3, random_batch  # noqa: E402
 
+from agentrl.rl.config import RLConfig  # noqa: E402
 from agentrl.rl.update import accumulate_gradients, minibatch_step  # noqa: E402
 from agentrl.scale.context import DistContext, shard_groups  # noqa: E402
 from agentrl.scale.fsdp import (  # noqa: E402
@@ -33,7 +33,7 @@ def cfg(**kw):
     base = dict(micro=2, clip_low=0.2, clip_high=0.3, kl_coef=0.0, temperature=1.0, logprob_chunk_rows=7,
                 epochs=1, minibatches=1, max_grad_norm=1.0, top_k=None, top_p=1.0)
     base.update(kw)
-    return SimpleNamespace(**base)
+    return RLConfig.from_flat(**base)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -55,7 +55,7 @@ def test_decoder_layers_found_and_refused(tiny_qwen3_dp):
 
 @pytest.mark.parametrize("field,value", [("lora_r", 8), ("agent", "opencode"), ("async_rollouts", True)])
 def test_data_parallel_refuses_what_it_does_not_support(field, value):
-    cfg = RLConfig(**{field: value})
+    cfg = RLConfig.from_flat(**{field: value})
     with pytest.raises(ValueError, match="torchrun data parallel does not support"):
         check_data_parallel(cfg)
 

@@ -92,7 +92,7 @@ def test_worker_pool_listens_on_loopback_only(tmp_path, monkeypatch, launcher):
         ray = pytest.importorskip("ray")
     for k in SOCKET_IFNAME_VARS:
         monkeypatch.delenv(k, raising=False)  # what the pool picks itself, not what the test runner set
-    pool = WorkerPool.start(RLConfig(**TINY, worker_launcher=launcher, out=str(tmp_path / "run")), 1, "cpu",
+    pool = WorkerPool.start(RLConfig.from_flat(**TINY, worker_launcher=launcher, out=str(tmp_path / "run")), 1, "cpu",
                             timeout_s=300)
     try:
         pids = [os.getpid(), *pool.pids]

@@ -19,15 +19,15 @@ def test_worker_devices_cpu_and_refusals():
     if not torch.cuda.is_available():
         assert worker_devices("auto", 1) == ("cpu", ["cpu"])
     with pytest.raises(ValueError, match="rollout_workers"):
-        RLConfig(rollout_workers=1)  # needs async_rollouts
+        RLConfig.from_flat(rollout_workers=1)  # needs async_rollouts
     with pytest.raises(ValueError, match="rollout_workers"):
-        RLConfig(rollout_workers=-1, async_rollouts=True)
+        RLConfig.from_flat(rollout_workers=-1, async_rollouts=True)
     with pytest.raises(ValueError, match="LoRA"):
-        check_rollout_workers(RLConfig(lora_r=4, async_rollouts=True, rollout_workers=1))
+        check_rollout_workers(RLConfig.from_flat(lora_r=4, async_rollouts=True, rollout_workers=1))
 
 
 def test_plain_session_refuses_rollout_workers(tmp_path):
-    cfg = RLConfig(**TINY, out=str(tmp_path / "x"))
+    cfg = RLConfig.from_flat(**TINY, out=str(tmp_path / "x"))
     with pytest.raises(ValueError, match="need agentrl.scale"), RunSession.open(cfg):
         pass
     assert not (tmp_path / "x").exists()
@@ -37,7 +37,7 @@ def test_plain_session_refuses_rollout_workers(tmp_path):
 def test_pool_pushes_weights_and_samples_on_the_worker(tmp_path):
     from agentrl.scale.data_parallel import open_rank_session
 
-    cfg = RLConfig(**TINY, out=str(tmp_path / "run"))
+    cfg = RLConfig.from_flat(**TINY, out=str(tmp_path / "run"))
     with open_rank_session(cfg, name="test") as sess:
         pool = WorkerPool.start(cfg, 1, "cpu", timeout_s=300)
         try:

@@ -12,9 +12,9 @@ from agentrl.sft.warm_start import sft_config
 
 
 def test_sft_config_follows_the_run_config():
-    cfg = RLConfig(warm_start="sft", warm_start_epochs=3, warm_start_lr=5e-3, warm_start_batch=2, micro=1, seed=7)
+    cfg = RLConfig.from_flat(warm_start="sft", warm_start_epochs=3, warm_start_lr=5e-3, warm_start_batch=2, micro=1, seed=7)
     s = sft_config(cfg)
-    assert (s.epochs, s.lr, s.batch, s.micro, s.seed, s.max_tokens) == (3, 5e-3, 2, 1, 7, cfg.max_context_tokens)
+    assert (s.epochs, s.lr, s.batch, s.micro, s.seed, s.max_tokens) == (3, 5e-3, 2, 1, 7, cfg.sampling.max_context_tokens)
 
 
 def test_unknown_warm_start_names_the_registered_ones():
@@ -26,7 +26,7 @@ def test_unknown_warm_start_names_the_registered_ones():
 
 @pytest.mark.slow
 def test_warm_start_runs_before_the_first_evaluation_and_is_recorded(tmp_path):
-    cfg = RLConfig(model="tiny-qwen3", env="edit-menu", families="minmax", warm_start="sft", warm_start_tasks=3,
+    cfg = RLConfig.from_flat(model="tiny-qwen3", env="edit-menu", families="minmax", warm_start="sft", warm_start_tasks=3,
                    warm_start_epochs=2, warm_start_batch=2, warm_start_lr=1e-2, micro=2, steps=1, group_size=2,
                    prompts_per_step=1, eval_size=1, eval_n=1, max_new_tokens=8, max_turns=2, n_boot=100,
                    device="cpu", out=str(tmp_path / "run"))

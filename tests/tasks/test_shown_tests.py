@@ -40,7 +40,7 @@ def test_flag_reaches_the_task_sets_and_the_config():
     assert parse(["train"]).reward_includes_shown_test is False
     assert parse(["train", "--reward-includes-shown-test"]).reward_includes_shown_test is True
     assert parse(["eval", "--reward_includes_shown_test"]).reward_includes_shown_test is True
-    assert RLConfig(reward_includes_shown_test=True).to_dict()["reward_includes_shown_test"] is True
+    assert RLConfig.from_flat(reward_includes_shown_test=True).to_flat()["reward_includes_shown_test"] is True
     default = task_sets("mbpp", eval_size=4)
     written = task_sets("mbpp", eval_size=4, reward_includes_shown_test=True)
     assert all(len(w.hidden_tests) == len(d.hidden_tests) + 1 for d, w in zip(default.heldout, written.heldout,

@@ -3,13 +3,13 @@ those whose settings are their own flags (smoke, sft).
 
 `--print-config` prints the command's resolved config (preset, file and flags applied) as YAML and exits;
 `--config FILE` reads such a file back: its values become the defaults, so flags given on the command line
-override them. Keys are RLConfig field names (dashes or underscores); an unknown key is a one-line error
-naming it and the close matches. Not the config itself (agentrl.rl.config).
+override them. Keys are the flat names of RLConfig's fields, as the flags spell them (dashes or underscores);
+a section's fields may also be nested under the section's name (`sampling: {temperature: 0.7}`). An unknown
+key is a one-line error naming it and the close matches. Not the config itself (agentrl.rl.config).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from pathlib import Path
 from typing import Any
@@ -58,20 +58,42 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     return data
 
 
+def _flatten(data: dict[Any, Any], path: str | Path) -> dict[Any, Any]:
+    """`data` with each section mapping (`policy: {model: x}`) replaced by its fields' flat names (`model: x`).
+
+    Raises: ValueError: a key of a section mapping that is not one of the section's fields."""
+    from agentrl.rl.config import FLAT, SECTIONS
+
+    names = {(s, a): n for n, (s, a) in FLAT.items()}
+    out: dict[Any, Any] = {}
+    for key, value in data.items():
+        section = str(key).replace("-", "_")
+        if section not in SECTIONS or not isinstance(value, dict):
+            out[key] = value
+            continue
+        for k, v in value.items():
+            if (section, str(k).replace("-", "_")) not in names:
+                fields = sorted(a for s, a in names if s == section)
+                raise ValueError(f"--config {path}: unknown key {k!r} in section {section!r}; expected one of "
+                                 f"{', '.join(fields)}")
+            out[names[section, str(k).replace("-", "_")]] = v
+    return out
+
+
 def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The RLConfig values of the YAML file `path` ({field: value}; dashed keys read as underscored), without
-    the fields in `ignore` (a train config given to eval: its training-only keys do not apply).
+    """The RLConfig values of the YAML file `path` ({flat name: value}; dashed keys read as underscored,
+    section mappings flattened), without the fields in `ignore` (a train config given to eval: its
+    training-only keys do not apply).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close field names).
+        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close flat names).
     """
-    from agentrl.rl.config import RLConfig
-
-    data = _load_mapping(path)
     from agentrl.cli.flags import ALIASES
+    from agentrl.rl.config import FLAT
 
-    fields = [f.name for f in dataclasses.fields(RLConfig)]
+    data = _flatten(_load_mapping(path), path)
+    fields = list(FLAT)
     # TRL's names are keys too (learning_rate: 1e-5 is lr), as they are flags
     aliases = {a[2:].replace("-", "_"): name for name, names in ALIASES.items() for a in names}
     values = {}
@@ -94,10 +116,11 @@ def config_file_defaults(argv: list[str], *, ignore: tuple[str, ...] = ()) -> di
 
 
 def dump_config(cfg: Any, *, exclude: tuple[str, ...] = ()) -> str:
-    """`cfg` (an RLConfig) as the YAML `--config` reads: every field but `exclude`, in field order."""
+    """`cfg` (an RLConfig) as the YAML `--config` reads: every field by its flat name but `exclude`, section by
+    section."""
     import yaml
 
-    values = {k: v for k, v in cfg.to_dict().items() if k not in exclude}
+    values = {k: v for k, v in cfg.to_flat().items() if k not in exclude}
     return yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
 
 

@@ -116,8 +116,7 @@ def main(args: argparse.Namespace) -> int:
 
     if line := reused_settings_line(args):
         print(line, flush=True)
-    cfg = config_from_args(args)
-    cfg.steps = 0
+    cfg = config_from_args(args).replace_flat(steps=0)
     if args.print_config:
         from agentrl.cli.config_file import dump_config
         from agentrl.rl.config import TRAIN_ONLY
@@ -127,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
     if args.env_url:
         from agentrl.serve.env.eval import eval_served
 
-        eval_served(cfg, args.env_url, args.models or [cfg.model], concurrency=args.concurrency)
+        eval_served(cfg, args.env_url, args.models or [cfg.policy.model], concurrency=args.concurrency)
         return 0
     if args.models:
         raise ValueError("--models needs --env-url (a served environment); locally, evaluate one --model "

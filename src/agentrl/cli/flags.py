@@ -1,5 +1,6 @@
-"""The flags of the commands that take a config: one `--flag` per RLConfig field (train, eval), and the
-policy flags (POLICY_FLAGS) that every command loading a model shares, declared once as RLConfig fields.
+"""The flags of the commands that take a config: one `--flag` per RLConfig field (train, eval), walking its
+sections (the flag is the field's flat name: `--max-new-tokens` sets cfg.sampling.max_new_tokens), and the
+policy flags (POLICY_FLAGS) that every command loading a model shares, declared once as PolicyConfig's fields.
 Not the config itself (agentrl.rl.config).
 
 Standard library and agentrl.rl.config only: no transformers import while the CLI builds its parsers.
@@ -14,7 +15,8 @@ from typing import Any, Literal
 
 from agentrl.cli.args import AgentrlParser
 from agentrl.models.dtypes import DTYPE_HELP
-from agentrl.rl.config import RLConfig
+from agentrl.models.policy import PolicyConfig
+from agentrl.rl.config import FLAT, RLConfig, flat_fields
 
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {
@@ -70,28 +72,30 @@ def _str_to_bool(v: str) -> bool:
 
 
 def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, help: str | None = None) -> None:  # noqa: A002
-    """One `--flag` (dashed, with an underscore twin) for the RLConfig field `f` of type `kind`, with `default`
-    and `help` (default: the field's `help` metadata). Booleans take `--flag [true|false]` (bare `--flag` =
-    true) and `--no-flag`; fields with `choices` metadata or a Literal type get choices."""
-    flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
-    for alias in ALIASES.get(f.name, ()):  # TRL's spelling, dashed and underscored
+    """One `--flag` (dashed, with an underscore twin) for the config field `f` of type `kind`, named and stored
+    (`dest`) by its flat name (the `flat` metadata, else the field's name), with `default` and `help`
+    (default: the field's `help` metadata). Booleans take `--flag [true|false]` (bare `--flag` = true) and
+    `--no-flag`; fields with `choices` metadata or a Literal type get choices."""
+    name = f.metadata.get("flat", f.name)
+    flags = [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])
+    for alias in ALIASES.get(name, ()):  # TRL's spelling, dashed and underscored
         twin = "--" + alias[2:].replace("-", "_")
         flags += [alias] + ([twin] if twin != alias else [])
     help_ = f.metadata["help"] if help is None else help
     if kind is bool:
         parser.add_argument(*flags, type=_str_to_bool, nargs="?", const=True, default=default,
-                            metavar="{true,false}", help=help_)
-        neg = [f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"]  # the underscore twin is hidden in help
-        off = NEGATIVE_HELP.get(f.name, f"Turn {flags[0]} off" + ("." if default else " (the default)."))
-        parser.add_argument(*neg, dest=f.name, action="store_false", help=off)
+                            metavar="{true,false}", dest=name, help=help_)
+        neg = [f"--no-{name.replace('_', '-')}", f"--no_{name}"]  # the underscore twin is hidden in help
+        off = NEGATIVE_HELP.get(name, f"Turn {flags[0]} off" + ("." if default else " (the default)."))
+        parser.add_argument(*neg, dest=name, action="store_false", help=off)
     elif "choices" in f.metadata:
         parser.add_argument(*flags, choices=f.metadata["choices"], type=f.metadata.get("type", str),
-                            default=default, help=help_)
+                            default=default, dest=name, help=help_)
     elif typing.get_origin(kind) is Literal:
-        parser.add_argument(*flags, choices=typing.get_args(kind), default=default, help=help_)
+        parser.add_argument(*flags, choices=typing.get_args(kind), default=default, dest=name, help=help_)
     else:
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        parser.add_argument(*flags, type=base, default=default, help=help_)
+        parser.add_argument(*flags, type=base, default=default, dest=name, help=help_)
 
 
 class RLConfigParser(AgentrlParser):
@@ -104,7 +108,7 @@ class RLConfigParser(AgentrlParser):
 
 def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = (), help: dict[str, str] | None = None) -> None:  # noqa: A002
     """Add one `--flag` (dashed, with an underscore twin, and TRL's name where ALIASES has one) per RLConfig
-    field not in `exclude`, in the argument groups of GROUPS; `help` replaces the help text of the fields
+    field (section by section, by flat name: agentrl.rl.config.flat_fields) not in `exclude`, in the argument groups of GROUPS; `help` replaces the help text of the fields
     it names (e.g. eval's wording of --families).
 
     Booleans take `--flag [true|false]` (bare `--flag` = true) and `--no-flag` with its own help
@@ -114,13 +118,12 @@ def add_rlconfig_flags(parser: Any, *, exclude: tuple[str, ...] = (), help: dict
     Excluded fields are set to their defaults (`set_defaults`), so `config_from_args` still works.
     Standard library only: no transformers import while the CLI builds its parsers.
     """
-    hints = typing.get_type_hints(RLConfig)
     groups = {title: parser.add_argument_group(title) for title, _ in GROUPS}
-    for f in dataclasses.fields(RLConfig):
-        if f.name in exclude:
-            parser.set_defaults(**{f.name: f.default})
+    for name, _, f, kind in flat_fields():
+        if name in exclude:
+            parser.set_defaults(**{name: f.default})
             continue
-        add_field_flag(groups[group_of(f.name)], f, hints[f.name], f.default, (help or {}).get(f.name))
+        add_field_flag(groups[group_of(name)], f, kind, f.default, (help or {}).get(name))
 
 
 def rlconfig_parser(*, add_help: bool = True, exclude: tuple[str, ...] = ()) -> RLConfigParser:
@@ -135,13 +138,13 @@ def rlconfig_parser(*, add_help: bool = True, exclude: tuple[str, ...] = ()) -> 
 
 
 def config_from_args(args: Any) -> RLConfig:
-    """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field."""
-    return RLConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)})
+    """Build an RLConfig from an argparse Namespace holding (at least) every RLConfig field by its flat name."""
+    return RLConfig.from_flat({name: getattr(args, name) for name in FLAT})
 
 
-# The policy flags every command that loads a model takes: declared once, as RLConfig fields (their help,
-# type and choices), and added with each command's own defaults (add_policy_flags).
-POLICY_FLAGS: tuple[str, ...] = ("model", "tokenizer", "chat_template", "dtype", "device", "thinking", "allow_download")
+# The policy flags every command that loads a model takes: declared once, as PolicyConfig's fields (their
+# help, type and choices; RLConfig's policy section), and added with each command's own defaults.
+POLICY_FLAGS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PolicyConfig))
 # where RLConfig's help speaks of training (fp16 refused, saved with checkpoints), the wording for other commands
 NEUTRAL_POLICY_HELP: dict[str, str] = {
     "dtype": DTYPE_HELP,
@@ -152,15 +155,23 @@ NEUTRAL_POLICY_HELP: dict[str, str] = {
 
 def add_policy_flags(parser: Any, defaults: Any, *, only: tuple[str, ...] = POLICY_FLAGS,
                      help: dict[str, str] | None = None) -> None:  # noqa: A002
-    """Add the policy flags `only` (a subset of POLICY_FLAGS, in that order) to `parser`: RLConfig's
+    """Add the policy flags `only` (a subset of POLICY_FLAGS, in that order) to `parser`: PolicyConfig's
     declaration of each (add_field_flag) with the default `getattr(defaults, name)` (a command's own
-    config dataclass, e.g. SmokeConfig) and, where `help` names the flag, that help text instead.
+    PolicyConfig, e.g. SmokeConfig().policy) and, where `help` names the flag, that help text instead;
+    `policy_from_args` reads them back.
 
     Raises: ValueError: a name that is not a policy flag."""
     if unknown := [n for n in only if n not in POLICY_FLAGS]:
         raise ValueError(f"not policy flags: {unknown}; expected some of {POLICY_FLAGS}")
-    hints = typing.get_type_hints(RLConfig)
-    by_name = {f.name: f for f in dataclasses.fields(RLConfig)}
+    hints = typing.get_type_hints(PolicyConfig)
+    by_name = {f.name: f for f in dataclasses.fields(PolicyConfig)}
     texts = {**NEUTRAL_POLICY_HELP, **(help or {})}
     for name in (n for n in POLICY_FLAGS if n in only):
         add_field_flag(parser, by_name[name], hints[name], getattr(defaults, name), texts.get(name))
+
+
+def policy_from_args(args: Any, defaults: PolicyConfig | None = None) -> PolicyConfig:
+    """The PolicyConfig of a command's parsed `args`: the policy flags it has, `defaults`' values (default
+    PolicyConfig()) for those it lacks (serve-policy has no --chat-template)."""
+    base = defaults or PolicyConfig()
+    return dataclasses.replace(base, **{n: getattr(args, n) for n in POLICY_FLAGS if hasattr(args, n)})

@@ -14,12 +14,13 @@ import logging
 from typing import Any
 
 from agentrl.cli.args import positive_int
-from agentrl.cli.flags import add_policy_flags
+from agentrl.cli.flags import add_policy_flags, policy_from_args
+from agentrl.models.policy import PolicyConfig
 
 log = logging.getLogger("agentrl.serve")
-# the policy flags' defaults of `serve-policy` (agentrl.cli.flags.POLICY_FLAGS; no --chat-template or --thinking)
-POLICY_DEFAULTS = argparse.Namespace(model="tiny-qwen3", tokenizer=None, dtype="fp32", device="auto",
-                                     allow_download=False)
+# the policy flags of `serve-policy` (agentrl.models.policy.PolicyConfig's, with its defaults; no --chat-template
+# or --thinking: the harness sends its own messages and the server renders them with the model's template)
+SERVE_POLICY_FLAGS = ("model", "tokenizer", "dtype", "device", "allow_download")
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
                               "GET /rollouts/<id>/trace.")
     model, sampling = p.add_argument_group("model"), p.add_argument_group("sampling")
     server, budgets = p.add_argument_group("server"), p.add_argument_group("rollout budgets")
-    add_policy_flags(model, POLICY_DEFAULTS, only=("model", "tokenizer", "dtype", "device", "allow_download"))
+    add_policy_flags(model, PolicyConfig(), only=SERVE_POLICY_FLAGS)
     from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
     sampling.add_argument("--sampler", default="hf", choices=tuple(SAMPLERS), help=sampler_help())
@@ -52,19 +53,18 @@ def register(subparsers: Any) -> None:
 def build_server(args: argparse.Namespace) -> Any:
     """The PolicyServer that `args` describe (model loaded, sampler built)."""
     from agentrl.models.device import resolve_device
-    from agentrl.models.load import load_policy
     from agentrl.rollout.hf_sampler import SamplingConfig
     from agentrl.rollout.samplers import build_sampler
     from agentrl.serve.policy.server import PolicyServer, RolloutBudget
 
-    device = resolve_device(args.device)
-    model, tok = load_policy(args.model, args.dtype, device, args.allow_download, tokenizer_path=args.tokenizer)
+    policy = policy_from_args(args)
+    model, tok = policy.load(resolve_device(policy.device))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch)
     sampler = build_sampler(args.sampler, model, tok, sampling, max_batch=args.gen_batch)  # None: HF generate
     budget = RolloutBudget(max_calls=args.max_calls, max_completion_tokens=args.max_rollout_tokens,
                            max_wall_s=args.max_wall_s)
     return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=args.max_context_tokens,
-                        budget=budget, auto_open=not args.require_open, model_name=str(args.model),
+                        budget=budget, auto_open=not args.require_open, model_name=str(policy.model),
                         max_batch=args.gen_batch)
 
 

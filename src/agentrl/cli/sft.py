@@ -1,17 +1,17 @@
 """`agentrl sft`: supervised warm start on expert trajectories (or a JSONL file), saved for `agentrl train --model`.
 
-Not the run itself (agentrl.sft.run.run_sft): flags in, SFTRunConfig + SFTConfig out.
+Not the run itself (agentrl.sft.run.run_sft): flags in, SFTRunConfig (with its PolicyConfig) + SFTConfig out.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, fields
+from dataclasses import fields, replace
 from typing import Any
 
 from agentrl.cli.args import positive_int
 from agentrl.cli.config_file import add_parser_config_flags
-from agentrl.cli.flags import add_policy_flags
+from agentrl.cli.flags import add_policy_flags, policy_from_args
 from agentrl.models.dtypes import DTYPE_HELP
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.run import SFTRunConfig, run_sft
@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
     model, tasks = p.add_argument_group("model"), p.add_argument_group("tasks and environment")
     opt, output = p.add_argument_group("optimisation"), p.add_argument_group("output")
     tasks.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
-    add_policy_flags(model, d, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
+    add_policy_flags(model, d.policy, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
         "dtype": DTYPE_HELP + " Weights stay fp32; bf16 runs forward/backward under autocast.",
         "chat_template": "Chat template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja "
                          "path; saved with the output model.",
@@ -86,12 +86,13 @@ def main(args: argparse.Namespace) -> int:
         return 0
     from agentrl.models.device import resolve_dtype
 
-    run = SFTRunConfig(**{f.name: getattr(args, f.name) for f in fields(SFTRunConfig)})
-    dtype = resolve_dtype(run.dtype, run.model)
+    policy = policy_from_args(args)
+    dtype = resolve_dtype(policy.dtype, policy.model)
     if dtype == "fp16":
-        raise ValueError(f"--dtype {run.dtype}: fp16 SFT needs loss scaling, which agentrl does not do; "
+        raise ValueError(f"--dtype {policy.dtype}: fp16 SFT needs loss scaling, which agentrl does not do; "
                          "pass --dtype bf16 (autocast) or fp32")
+    own = {f.name: getattr(args, f.name) for f in fields(SFTRunConfig) if f.name != "policy"}
     knobs = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if hasattr(args, f.name)}
     cfg = SFTConfig(**knobs, autocast_bf16=dtype == "bf16")
-    run_sft(SFTRunConfig(**{**asdict(run), "dtype": dtype}), cfg)
+    run_sft(SFTRunConfig(policy=replace(policy, dtype=dtype), **own), cfg)
     return 0

@@ -6,11 +6,12 @@ Not the check itself (agentrl.rollout.smoke.run_smoke): flags in, a printed repo
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any
 
 from agentrl.cli.args import positive_int
 from agentrl.cli.config_file import add_parser_config_flags
-from agentrl.cli.flags import add_policy_flags
+from agentrl.cli.flags import add_policy_flags, policy_from_args
 from agentrl.rollout.smoke import SmokeConfig, run_smoke
 
 SMOKE_HELP: dict[str, str] = {
@@ -29,7 +30,7 @@ def register(subparsers: Any) -> None:
         "held-out episodes and print their transcripts, end reasons, reward and tool-call counts. Takes a run "
         "folder (runs/x), a checkpoint or any model `agentrl train --model` takes.")
     d = SmokeConfig()
-    add_policy_flags(p.add_argument_group("model"), d)
+    add_policy_flags(p.add_argument_group("model"), d.policy)
     episodes = p.add_argument_group("episodes")
     episodes.add_argument("--env", default=d.env, help="Environment name (see `agentrl env list`).")
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
@@ -46,7 +47,8 @@ def main(args: argparse.Namespace) -> int:
 
         print(dump_parser_config(args.parser, args), end="")
         return 0
-    cfg = SmokeConfig(**{k: getattr(args, k) for k in SmokeConfig.__dataclass_fields__})
+    own = {f.name: getattr(args, f.name) for f in fields(SmokeConfig) if f.name != "policy"}
+    cfg = SmokeConfig(policy=policy_from_args(args), **own)
     report = run_smoke(cfg)
     print_report(report, cfg)
     return 0

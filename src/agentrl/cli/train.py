@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
         if path is not None:
             print(f"results: {path}")
         return 0
-    if cfg.rollout_workers or cfg.ray_graders:
+    if cfg.scale.rollout_workers or cfg.scale.ray_graders:
         from agentrl.scale.train import train_scaled
 
         print(f"results: {train_scaled(cfg)}")
@@ -97,11 +97,11 @@ def start_line(cfg: Any) -> str | None:
     would show learning; None for a preset's run (its description says)."""
     from agentrl.models.presets import MODEL_PRESETS
 
-    if cfg.preset:
+    if cfg.run.preset:
         return None
-    line = f"train: no --preset: --model {cfg.model} in --env {cfg.env}, --tasks {cfg.tasks}, warm start {cfg.warm_start}"
-    if cfg.model in MODEL_PRESETS and cfg.warm_start == "none" and not cfg.agent:
-        return line + (f"; {cfg.model} has random weights and writes no tool calls, so every reward is 0 and no "
+    line = f"train: no --preset: --model {cfg.policy.model} in --env {cfg.env.name}, --tasks {cfg.tasks.source}, warm start {cfg.warm_start.method}"
+    if cfg.policy.model in MODEL_PRESETS and cfg.warm_start.method == "none" and not cfg.agent.name:
+        return line + (f"; {cfg.policy.model} has random weights and writes no tool calls, so every reward is 0 and no "
                        "update happens: add --warm-start sft, or run `agentrl train --preset demo` to see learning")
     return line + "; learning shows as a paired after - before interval above 0 (printed at the end)"
 

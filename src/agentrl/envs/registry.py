@@ -21,7 +21,8 @@ from agentrl.tasks.task import Task
 
 # The end reasons only the driver can know (agentrl.rollout.driver); every environment may end so.
 DRIVER_END_REASONS: tuple[str, ...] = ("out_of_tokens", "env_error")
-# RLConfig fields every environment's constructor receives (see EnvSpec.kwargs_from_config).
+# env-section fields (agentrl.rl.sections.EnvSection) every environment's constructor receives (see
+# EnvSpec.kwargs_from_config).
 COMMON_CONFIG_FIELDS: tuple[str, ...] = ("max_turns", "max_observation_chars")
 
 
@@ -48,10 +49,11 @@ class EnvSpec:
         end_reasons: every `end_reason` the environment itself can give ("final_answer", "out_of_turns",
             ...); results files zero-fill a fraction for each, plus DRIVER_END_REASONS.
         config_kwargs: `config_kwargs(cfg) -> dict`, the constructor arguments this environment takes
-            from a run config (an agentrl.rl.RLConfig or anything with its attributes) beyond
+            from a run's env section (an agentrl.rl.sections.EnvSection, `cfg.env` of an RLConfig, or
+            anything with its attributes) beyond
             COMMON_CONFIG_FIELDS, e.g. edit-menu's `max_edits`.
         random_op_expert: the expert honours `random_op=True` (plays its procedure with a random edit).
-        common_fields: the run-config fields passed to every constructor (default COMMON_CONFIG_FIELDS);
+        common_fields: the env-section fields passed to every constructor (default COMMON_CONFIG_FIELDS);
             an environment whose constructor lacks one lists fewer.
         default_tasks: the task source it runs when none is chosen (`agentrl serve` without --tasks; a run
             whose --tasks is the default source when this environment cannot run that source).
@@ -77,7 +79,7 @@ class EnvSpec:
             raise ValueError(f"EnvSpec {self.name!r}: end_reasons must list the environment's end reasons")
 
     def kwargs_from_config(self, cfg: Any, **extra: Any) -> dict[str, Any]:
-        """Constructor arguments from a run config: COMMON_CONFIG_FIELDS, then `config_kwargs(cfg)`,
+        """Constructor arguments from a run's env section `cfg`: COMMON_CONFIG_FIELDS, then `config_kwargs(cfg)`,
         then `extra` (e.g. `sandbox=`)."""
         return {**{f: getattr(cfg, f) for f in self.common_fields}, **self.config_kwargs(cfg), **extra}
 

@@ -423,8 +423,8 @@ def make_trl_env_class(env: str, *, class_name: str | None = None, max_turns: in
         from agentrl.sandbox import Sandbox
 
         env_kwargs["sandbox"] = Sandbox()
-    cfg = RLConfig(env=env, max_turns=max_turns)
-    kwargs = {**spec.kwargs_from_config(cfg), **env_kwargs}
+    cfg = RLConfig.from_flat(env=env, max_turns=max_turns)
+    kwargs = {**spec.kwargs_from_config(cfg.env), **env_kwargs}
     default_name = "".join(p.capitalize() for p in env.split("-")) + "TRL"
     return trl_env_class(lambda: spec.make(**kwargs), class_name=class_name or default_name)
 

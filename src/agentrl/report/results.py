@@ -116,7 +116,7 @@ class RunResults:
     """Builds the results file of one run and rewrites it atomically after every change.
 
     Example:
-        res = RunResults("runs/x/results.json", cfg.to_dict(), seed=cfg.seed)
+        res = RunResults("runs/x/results.json", cfg.to_flat(), seed=cfg.run.seed)
         res.add_evaluation("before", step=0, report=before)    # an agentrl.eval.report.EvalReport
         for step ...: res.add_step(step, metrics)
         res.add_evaluation("after", step=n, report=after)

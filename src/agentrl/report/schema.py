@@ -225,7 +225,7 @@ _TRANSCRIPT = _d({"type": "object", "required": ["kind", "task_id", "text"], "pr
 
 _WARM_START = _d({"type": "object", "required": ["method", "settings", "data", "nll_before", "nll_after", "losses"],
                   "properties": {
-    "method": _d({"type": "string"}, "the warm start (RLConfig.warm_start), e.g. sft", "text"),
+    "method": _d({"type": "string"}, "the warm start (RLConfig.warm_start.method), e.g. sft", "text"),
     "settings": _d({"type": "object"}, "its settings: the SFTConfig fields (epochs, lr, batch, micro, warmup_steps, "
                    "min_lr_ratio, max_tokens, seed, ...), env, tasks (count), random_op, task_ids", "object"),
     "data": _d({"type": "object", "properties": {
@@ -266,7 +266,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
         "wall_clock_parts_s": _d({"type": "array", "items": {"type": "number", "minimum": 0}},
                                  "seconds of each part of the run: one entry per start or --resume", "s"),
         "error": _d({"type": ["string", "null"]}, "why the run failed or was interrupted", "text"),
-        "config": _d({"type": "object"}, "every RLConfig field (agentrl train --help documents each)", "object"),
+        "config": _d({"type": "object"}, "every RLConfig field by its flat name, the flag's (agentrl train --help documents each)", "object"),
         "versions": _d({"type": "object", "required": ["python", "torch", "transformers", "agentrl"],
                         "additionalProperties": {"type": ["string", "null"]}},
                        "versions of python, torch, transformers, agentrl, numpy, scipy, the platform and the "
@@ -284,11 +284,11 @@ RESULTS_SCHEMA: dict[str, Any] = {
                     "curve, slopes and t statistics (agentrl.eval.noise)", "object"),
         "tasks": _d({"type": "object"}, "task source, training-set size and held-out task ids", "object"),
         "stopped_early": _d({"type": "object", "required": ["reason", "steps_done", "steps_planned"], "properties": {
-            "reason": _d({"type": "string"}, "why training stopped before cfg.steps (max_train_s)", "text"),
+            "reason": _d({"type": "string"}, "why training stopped before cfg.run.steps (max_train_s)", "text"),
             "steps_done": _d({"type": "integer"}, "training steps taken", "count"),
-            "steps_planned": _d({"type": "integer"}, "cfg.steps", "count"),
+            "steps_planned": _d({"type": "integer"}, "cfg.run.steps", "count"),
             "train_s": _num("seconds the training steps took", "s"),
-            "budget_s": _num("the time budget (cfg.max_train_s)", "s"),
+            "budget_s": _num("the time budget (cfg.run.max_train_s)", "s"),
         }}, "present only when training stopped before its planned steps; the evaluation after still ran",
             "object"),
         "warnings": _d({"type": "array", "items": {"type": "object", "required": ["step", "kind", "message"],

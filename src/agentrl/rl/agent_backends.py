@@ -3,7 +3,7 @@
 Not the backends themselves: the built-in "opencode" is listed by import path
 ("agentrl.harness.backend:opencode_backend", resolved when a run first uses it: the layering rule keeps
 rl/ from importing a front end, and nothing registers itself on import); others are added with
-register_agent. The trainer looks a backend up here by the name in `RLConfig.agent`.
+register_agent. The trainer looks a backend up here by the name in `RLConfig.agent.name`.
 
 A factory is called as `factory(cfg, model, tokenizer, sampler, sandbox, sampling)` and returns an object with
 `__call__(tasks, *, seed, group_ids, policy_version, on_progress) -> list[Trajectory]` (one episode per
@@ -37,7 +37,7 @@ _AGENTS: Registry[AgentSpec] = Registry("a registered agent backend", (
 
 
 def register_agent(name: str, factory: AgentFactory | str, check: Callable[..., None] | str | None = None) -> None:
-    """Make `RLConfig.agent = name` run episodes through `factory` (module docstring); `check(cfg, tasks)`
+    """Make `--agent name` (RLConfig.agent.name) run episodes through `factory` (module docstring); `check(cfg, tasks)`
     (optional) raises ValueError / FileNotFoundError before a run starts if the backend cannot run it.
     Either may be a "module:attr" reference (agentrl.registry.resolve)."""
     if not name:
@@ -47,7 +47,7 @@ def register_agent(name: str, factory: AgentFactory | str, check: Callable[..., 
 
 def check_agent(cfg: Any, tasks: Any) -> None:
     """Fail early, before anything is written: the backend is registered and says it can run `cfg`."""
-    spec = _AGENTS.lookup(cfg.agent, flag="--agent")
+    spec = _AGENTS.lookup(cfg.agent.name, flag="--agent")
     if spec.check is not None:
         resolve(spec.check)(cfg, tasks)
 

@@ -71,7 +71,7 @@ class LocalBackend:
                 label: str = "rollout", policy_version: int | None = None,
                 policy: RolloutPolicy | None = None) -> list[Trajectory]:
         """One episode per entry of `tasks` (a fresh env each, or one black-box harness run each with
-        `cfg.agent`), all advancing together (a progress bar named `label` counts finished episodes);
+        `cfg.agent.name`), all advancing together (a progress bar named `label` counts finished episodes);
         `policy_version` is stored in each Trajectory. `policy`: sample with another copy of the policy
         (the asynchronous trainer's rollout model) instead of the learner's."""
         sess = self.sess
@@ -83,12 +83,12 @@ class LocalBackend:
         gids = list(group_ids) if group_ids is not None else None
         error: BaseException | None = None
         try:
-            if cfg.agent:
+            if cfg.agent.name:
                 return sess.agent_for(model, sampler)(tasks, seed=seed, group_ids=gids, policy_version=policy_version,
                                                       on_progress=on_progress)
-            rcfg = RolloutConfig(sampling=sess.sampling_config(), max_context_tokens=cfg.max_context_tokens,
-                                 enable_thinking=cfg.thinking)
-            pairs = [(make_env(cfg.env, **env_kwargs(cfg, sess.sandbox)), t) for t in tasks]
+            rcfg = RolloutConfig(sampling=sess.sampling_config(), max_context_tokens=cfg.sampling.max_context_tokens,
+                                 enable_thinking=cfg.policy.thinking)
+            pairs = [(make_env(cfg.env.name, **env_kwargs(cfg, sess.sandbox)), t) for t in tasks]
             return run_episodes(model, sess.tokenizer, pairs, cfg=rcfg, seed=seed, sampler=sampler, group_ids=gids,
                                 policy_version=policy_version, on_progress=on_progress)
         except BaseException as e:
@@ -110,13 +110,13 @@ class LocalBackend:
         """Save a checkpoint after `step` completed steps when the schedule says so (and at the end: the
         last step, or `final` when the run stops early)."""
         sess = self.sess
-        every = sess.cfg.checkpoint_every
-        if not every or (step % every and step != sess.cfg.steps and not final):
+        every = sess.cfg.run.checkpoint_every
+        if not every or (step % every and step != sess.cfg.run.steps and not final):
             return None
         path = save_checkpoint(sess.out / "checkpoints", step, sess.model, sess.optimizer, extra={"step": step},
                                tokenizer=sess.tokenizer, run_record=run_record(sess.cfg, step))
-        if sess.cfg.keep_checkpoints:
-            prune_checkpoints(sess.out / "checkpoints", sess.cfg.keep_checkpoints)
+        if sess.cfg.run.keep_checkpoints:
+            prune_checkpoints(sess.out / "checkpoints", sess.cfg.run.keep_checkpoints)
         return path
 
     def rollout_copy(self) -> RolloutPolicy:

@@ -58,7 +58,7 @@ def truncated_is_weights(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask
 
 @torch.no_grad()
 def proximal_logprobs(model: Any, batch: TrainBatch, cfg: Any) -> torch.Tensor:
-    """[N, L] log-probs of the current weights at the batch's policy positions (0 elsewhere), cfg.micro
+    """[N, L] log-probs of the current weights at the batch's policy positions (0 elsewhere), cfg.update.micro
     rows per forward pass, under the sampler's own warpers (temperature, top-k, top-p), as the trainer
     computes them. A token outside the current weights' top-k/top-p set has log-prob -inf."""
     device = next(model.parameters()).device
@@ -66,12 +66,12 @@ def proximal_logprobs(model: Any, batch: TrainBatch, cfg: Any) -> torch.Tensor:
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, batch.num_rows, cfg.micro):
-            rows = torch.arange(start, min(start + cfg.micro, batch.num_rows))
+        for start in range(0, batch.num_rows, cfg.update.micro):
+            rows = torch.arange(start, min(start + cfg.update.micro, batch.num_rows))
             mb = batch.select(rows, trim=False).to(device)
             logp, _ = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                      chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,
-                                      top_k=cfg.top_k or 0, top_p=cfg.top_p)
+                                      chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature,
+                                      top_k=cfg.sampling.top_k or 0, top_p=cfg.sampling.top_p)
             out[rows] = torch.where(mb.policy_mask.bool(), logp.float(), 0.0).cpu()
     finally:
         model.train(was_training)
@@ -81,15 +81,15 @@ def proximal_logprobs(model: Any, batch: TrainBatch, cfg: Any) -> torch.Tensor:
 def correct_stale_batch(model: Any, batch: TrainBatch, cfg: Any, staleness: int) -> tuple[TrainBatch, dict[str, float]]:
     """The batch to train on, and IS metrics.
 
-    With cfg.is_correction "off", or "stale" and staleness 0 (sampled by the weights being trained: the
+    With cfg.async_rl.is_correction "off", or "stale" and staleness 0 (sampled by the weights being trained: the
     proximal policy is the behaviour policy), the batch is returned unchanged, exactly as the synchronous
     trainer trains it. Otherwise old_logprobs become the proximal log-probs and is_weights the truncated
-    ratios (cap cfg.is_cap).
+    ratios (cap cfg.async_rl.is_cap).
     """
-    if cfg.is_correction == "off" or (cfg.is_correction == "stale" and staleness == 0):
+    if cfg.async_rl.is_correction == "off" or (cfg.async_rl.is_correction == "stale" and staleness == 0):
         return batch, {}
     prox = proximal_logprobs(model, batch, cfg)
-    w, stats = truncated_is_weights(prox, batch.old_logprobs, batch.policy_mask, cfg.is_cap)
+    w, stats = truncated_is_weights(prox, batch.old_logprobs, batch.policy_mask, cfg.async_rl.is_cap)
     # under top-k/top-p a stale token can lie outside the proximal policy's kept set: pi_prox = 0, so its
     # IS weight is exactly 0; its old log-prob stays the sampler's (finite), so the loss sees no inf
     mask = batch.policy_mask.bool()

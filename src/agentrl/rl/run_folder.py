@@ -96,7 +96,7 @@ def resume_hint(cfg: RLConfig, out: Path) -> str:
     ckpt = latest_checkpoint(out / "checkpoints")
     if ckpt is None:
         return ("no checkpoint was saved, so this run cannot be resumed"
-                + ("" if cfg.checkpoint_every else " (pass --checkpoint-every N to save them)"))
+                + ("" if cfg.run.checkpoint_every else " (pass --checkpoint-every N to save them)"))
     return f"to resume from {ckpt.name}: {cli_command(cfg, resume=True)}"
 
 
@@ -104,12 +104,12 @@ def start_run_folder(cfg: RLConfig, out: Path, tasks: TaskSets, log_name: str = 
     """Make `out` this run's folder: an earlier run's output moved aside (not on --resume), the folder made,
     its log (`log_name`: train.log, `agentrl eval`'s eval.log) opened with the config and the task counts.
     Call it after every input is loaded and checked."""
-    archived = None if cfg.resume else archive_previous(out, "results.json")
+    archived = None if cfg.run.resume else archive_previous(out, "results.json")
     out.mkdir(parents=True, exist_ok=True)
     logger = setup_logging(out / log_name)
     if archived:
         log.info("an earlier run in %s was moved to %s", out, archived)
-    log_config(logger, cfg.to_dict())
+    log_config(logger, cfg.to_flat())
     log.info("tasks: %d train, %d held-out (%s)", len(tasks.train), len(tasks.heldout), tasks.source)
 
 
@@ -119,20 +119,20 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
     steps, else a new one; with the sections known before the first step (tools, env, chat template,
     model size, sandbox, tasks)."""
     path = out / "results.json"
-    if cfg.resume and path.exists():
-        results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_dict())
+    if cfg.run.resume and path.exists():
+        results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_flat())
     else:
-        results = RunResults(path, cfg.to_dict(), seed=cfg.seed)
+        results = RunResults(path, cfg.to_flat(), seed=cfg.run.seed)
     results.set("tool_schemas", inputs.tool_schemas)
-    results.set("env", env_section(cfg.env, env_kwargs(cfg, sandbox)))
-    results.set("chat_template", tokenizer_template(inputs.tokenizer, cfg.chat_template or "model").describe())
+    results.set("env", env_section(cfg.env.name, env_kwargs(cfg, sandbox)))
+    results.set("chat_template", tokenizer_template(inputs.tokenizer, cfg.policy.chat_template or "model").describe())
     results.set("model", {"parameters": sum(p.numel() for p in model.parameters()),
                           "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                          "lora": bool(cfg.lora_r)})
+                          "lora": bool(cfg.update.lora_r)})
     results.set("sandbox", sandbox.describe())
     results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                           "heldout_ids": [t.id for t in tasks.heldout],
-                          "reward_includes_shown_test": cfg.reward_includes_shown_test,
+                          "reward_includes_shown_test": cfg.tasks.reward_includes_shown_test,
                           "heldout_families": {t.id: t.family for t in tasks.heldout}})
     return results
 

@@ -16,7 +16,7 @@ from typing import Any
 RUN_RECORD_FILE = "agentrl_run.json"
 RECORD_VERSION = 1
 
-# RLConfig fields an evaluation of the model reuses unless the command line sets them: where it ran (env,
+# RLConfig fields (flat names: the record stays flat, as the flags are) an evaluation of the model reuses unless the command line sets them: where it ran (env,
 # tasks, families), the episode's limits, and the held-out set's size
 EVAL_REUSED: tuple[str, ...] = ("env", "tasks", "families", "eval_families", "max_turns", "max_new_tokens",
                                 "max_edits", "max_context_tokens", "max_observation_chars", "randomize_names",
@@ -26,9 +26,9 @@ EVAL_REUSED: tuple[str, ...] = ("env", "tasks", "families", "eval_families", "ma
 def run_record(cfg: Any, step: int) -> dict[str, Any]:
     """The record of a model trained by `cfg` (an RLConfig) for `step` completed steps: the EVAL_REUSED
     fields, the model it started from (`trained_from`), LoRA rank, preset and seed, as a JSON-ready dict."""
-    return {"format_version": RECORD_VERSION, "step": int(step), "trained_from": cfg.model,
-            "lora_r": cfg.lora_r, "preset": cfg.preset, "seed": cfg.seed,
-            "settings": {name: getattr(cfg, name) for name in EVAL_REUSED}}
+    return {"format_version": RECORD_VERSION, "step": int(step), "trained_from": cfg.policy.model,
+            "lora_r": cfg.update.lora_r, "preset": cfg.run.preset, "seed": cfg.run.seed,
+            "settings": {name: cfg.to_flat()[name] for name in EVAL_REUSED}}
 
 
 def write_run_record(folder: str | os.PathLike, record: dict[str, Any]) -> Path:

@@ -18,18 +18,19 @@ from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
 from agentrl.envs import env_names, get_spec, make_env
 from agentrl.models.device import resolve_device, resolve_dtype
-from agentrl.models.load import load_policy
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
 from agentrl.rl.checkpoint import latest_checkpoint
 from agentrl.rl.config import RLConfig
+from agentrl.rl.sections import TasksSection
 from agentrl.rl.warm_start import check_warm_start
 from agentrl.tasks.sets import TaskSets, task_sets
 
 
 def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
-    """Constructor arguments of `cfg.env`, as its EnvSpec maps the run config (plus the shared sandbox)."""
-    return get_spec(cfg.env).kwargs_from_config(cfg, sandbox=sandbox)
+    """Constructor arguments of environment `cfg.env.name`, as its EnvSpec maps the env section (plus the shared
+    sandbox)."""
+    return get_spec(cfg.env.name).kwargs_from_config(cfg.env, sandbox=sandbox)
 
 
 def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
@@ -52,10 +53,10 @@ def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_task_sets(cfg: RLConfig) -> TaskSets:
-    """The run's training and held-out tasks, as cfg selects them (deterministic in cfg.seed)."""
-    return task_sets(cfg.tasks, train_size=cfg.train_size, eval_size=cfg.eval_size, families=cfg.families,
-                     eval_families=cfg.eval_families, randomize=cfg.randomize_names, seed=cfg.seed,
-                     reward_includes_shown_test=cfg.reward_includes_shown_test)
+    """The run's training and held-out tasks, as cfg selects them (deterministic in cfg.run.seed)."""
+    return task_sets(cfg.tasks.source, train_size=cfg.tasks.train_size, eval_size=cfg.eval.size, families=cfg.tasks.families,
+                     eval_families=cfg.eval.families, randomize=cfg.tasks.randomize_names, seed=cfg.run.seed,
+                     reward_includes_shown_test=cfg.tasks.reward_includes_shown_test)
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,10 @@ def check_context_fits(cfg: RLConfig, prompt_tokens: int) -> None:
     """Refuse a --max-context-tokens that the first held-out prompt already fills: every episode would
     end out_of_tokens before its first turn and the run would train on nothing (a black-box harness
     writes its own prompt, so --agent runs are not checked here)."""
-    if not cfg.agent and prompt_tokens + 1 > cfg.max_context_tokens:
-        raise ValueError(f"--max-context-tokens {cfg.max_context_tokens} leaves no room to sample: the first "
+    if not cfg.agent.name and prompt_tokens + 1 > cfg.sampling.max_context_tokens:
+        raise ValueError(f"--max-context-tokens {cfg.sampling.max_context_tokens} leaves no room to sample: the first "
                          f"held-out prompt is already {prompt_tokens} tokens; pass at least "
-                         f"{prompt_tokens + cfg.max_new_tokens} (prompt + --max-new-tokens)")
+                         f"{prompt_tokens + cfg.sampling.max_new_tokens} (prompt + --max-new-tokens)")
 
 
 def load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> RunInputs:
@@ -87,29 +88,27 @@ def load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> RunInputs:
         FileNotFoundError / ValueError: a missing or broken model, a bad tokenizer path, a template that
             fails the token-in/token-out check (agentrl.chat.tito.TitoMismatch is re-raised as ValueError).
     """
-    device = resolve_device(cfg.device)
-    dtype = resolve_dtype(cfg.dtype, cfg.model, allow_download=cfg.allow_download)  # "auto": the checkpoint's
-    if dtype == "fp16" and cfg.steps:
-        raise ValueError(f"--dtype {cfg.dtype}: model {cfg.model!r} is stored in fp16; fp16 training needs loss "
+    device = resolve_device(cfg.policy.device)
+    dtype = resolve_dtype(cfg.policy.dtype, cfg.policy.model, allow_download=cfg.policy.allow_download)  # "auto": the checkpoint's
+    if dtype == "fp16" and cfg.run.steps:
+        raise ValueError(f"--dtype {cfg.policy.dtype}: model {cfg.policy.model!r} is stored in fp16; fp16 training needs loss "
                          "scaling, which agentrl does not do; pass --dtype bf16 or fp32")
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     try:
-        model, tok = load_policy(cfg.model, dtype, device, cfg.allow_download,
-                                 tokenizer_path=cfg.tokenizer or None, seed=cfg.seed,
-                                 chat_template=cfg.chat_template or None)
+        model, tok = cfg.policy.load(device, dtype=dtype, seed=cfg.run.seed)
     except (FileNotFoundError, ValueError):
         raise
     except Exception as e:  # noqa: BLE001 - a broken model folder (corrupt weights, bad config) is bad input
-        raise ValueError(f"--model {cfg.model!r} could not be loaded: {type(e).__name__}: {e}") from e
-    env = make_env(cfg.env, **env_kwargs(cfg, sandbox))
+        raise ValueError(f"--model {cfg.policy.model!r} could not be loaded: {type(e).__name__}: {e}") from e
+    env = make_env(cfg.env.name, **env_kwargs(cfg, sandbox))
     try:
-        obs = env.reset(tasks.heldout[0], seed=cfg.seed)
+        obs = env.reset(tasks.heldout[0], seed=cfg.run.seed)
         if obs.tools:
-            assert_tito_consistent(tok, obs, enable_thinking=cfg.thinking)
-        check_context_fits(cfg, len(render_prompt(tok, obs, enable_thinking=cfg.thinking)))
+            assert_tito_consistent(tok, obs, enable_thinking=cfg.policy.thinking)
+        check_context_fits(cfg, len(render_prompt(tok, obs, enable_thinking=cfg.policy.thinking)))
         schemas = env.tools()
     except TitoMismatch as e:
-        raise ValueError(f"the chat template of {cfg.tokenizer or cfg.model!r} fails the token-in/token-out "
+        raise ValueError(f"the chat template of {cfg.policy.tokenizer or cfg.policy.model!r} fails the token-in/token-out "
                          f"check: {e}") from e
     finally:
         env.close()
@@ -128,7 +127,7 @@ class RunPlan:
 
 
 def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
-    """Check everything that can be checked without loading a model or touching `cfg.out`: config values,
+    """Check everything that can be checked without loading a model or touching `cfg.run.out`: config values,
     environment, output path, device, task source, the checkpoint a --resume needs, the agent backend and
     the warm start. `scaled`: an agentrl.scale strategy runs the session (--rollout-workers / --ray-graders
     need one).
@@ -137,29 +136,29 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
         ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
     """
     cfg.validate()
-    if (cfg.rollout_workers or cfg.ray_graders) and not scaled:
+    if (cfg.scale.rollout_workers or cfg.scale.ray_graders) and not scaled:
         raise ValueError("--rollout-workers / --ray-graders need agentrl.scale's sessions: run `agentrl train` (or "
                          "agentrl.scale.train.train_scaled)")
-    if cfg.env not in env_names():
-        raise ValueError(f"--env {cfg.env!r} is not an environment; expected one of {', '.join(env_names())}")
-    out = check_output_dir(Path(cfg.out).expanduser()).resolve()  # "." and ".." refused before resolving
-    resolve_device(cfg.device)
+    if cfg.env.name not in env_names():
+        raise ValueError(f"--env {cfg.env.name!r} is not an environment; expected one of {', '.join(env_names())}")
+    out = check_output_dir(Path(cfg.run.out).expanduser()).resolve()  # "." and ".." refused before resolving
+    resolve_device(cfg.policy.device)
     tasks, notes = run_task_sets(cfg), []
-    default_source = RLConfig.__dataclass_fields__["tasks"].default
-    spec = get_spec(cfg.env)
-    if cfg.tasks == default_source and spec.default_tasks != default_source and \
+    default_source = TasksSection().source
+    spec = get_spec(cfg.env.name)
+    if cfg.tasks.source == default_source and spec.default_tasks != default_source and \
             not spec.accepts((tasks.train or tasks.heldout)[0]):
-        notes.append(f"--env {cfg.env} cannot run --tasks {cfg.tasks}: using its own task source, --tasks "
+        notes.append(f"--env {cfg.env.name} cannot run --tasks {cfg.tasks.source}: using its own task source, --tasks "
                      f"{spec.default_tasks}")
-        cfg.tasks = spec.default_tasks
+        cfg = cfg.replace_flat(tasks=spec.default_tasks)
         tasks = run_task_sets(cfg)
-    if cfg.steps and not tasks.train:
-        raise ValueError(f"task source {cfg.tasks!r} has no training tasks; use `agentrl eval` for it")
-    check_env_fits_tasks(cfg.env, tasks)
-    if cfg.resume and latest_checkpoint(out / "checkpoints") is None:
+    if cfg.run.steps and not tasks.train:
+        raise ValueError(f"task source {cfg.tasks.source!r} has no training tasks; use `agentrl eval` for it")
+    check_env_fits_tasks(cfg.env.name, tasks)
+    if cfg.run.resume and latest_checkpoint(out / "checkpoints") is None:
         raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
                          "them with --checkpoint-every N); leave out --resume to start a new run there")
-    if cfg.agent:
+    if cfg.agent.name:
         check_agent(cfg, tasks)
     check_warm_start(cfg)
     return RunPlan(cfg, out, tasks, tuple(notes))

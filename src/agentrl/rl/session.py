@@ -41,7 +41,6 @@ from agentrl.rl.run_record import run_record, write_run_record
 from agentrl.rl.run_setup import RunPlan, load_inputs, plan_run
 from agentrl.rl.training_state import build_training_state
 from agentrl.rollout.driver import bind_sampler
-from agentrl.rollout.hf_sampler import SamplingConfig
 from agentrl.rollout.samplers import build_sampler
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sandbox import Sandbox
@@ -123,24 +122,22 @@ class RunSession:
     # -- rollouts' helpers -------------------------------------------------------------------------
     def sampling_config(self) -> Any:
         """The sampler knobs of this run (agentrl.rollout.hf_sampler.SamplingConfig)."""
-        cfg = self.cfg
-        return SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                              top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch)
+        return self.cfg.sampling.sampler_config()
 
     def agent_for(self, model: Any, sampler: Any) -> Any:
         """The agent backend sampling `model` (built once per model; agentrl.rl.agent_backends)."""
         if id(model) not in self.agents:
-            backend = agent_factory(self.cfg.agent)(self.cfg, model, self.tokenizer, sampler, self.sandbox,
+            backend = agent_factory(self.cfg.agent.name)(self.cfg, model, self.tokenizer, sampler, self.sandbox,
                                                     self.sampling_config())
             self.agents[id(model)] = backend
-            self.results.set("agent", {"name": self.cfg.agent, **backend.describe()})
+            self.results.set("agent", {"name": self.cfg.agent.name, **backend.describe()})
         return self.agents[id(model)]
 
     def build_sampler(self, model: Any) -> Any:
         """The registered --sampler (agentrl.rollout.samplers) for `model` with this run's sampling
         settings; None for the driver's own HF generate path."""
-        return build_sampler(self.cfg.sampler, model, self.tokenizer, self.sampling_config(),
-                             max_batch=self.cfg.gen_batch, enable_thinking=self.cfg.thinking)
+        return build_sampler(self.cfg.sampling.sampler, model, self.tokenizer, self.sampling_config(),
+                             max_batch=self.cfg.sampling.gen_batch, enable_thinking=self.cfg.policy.thinking)
 
     def close_agents(self) -> None:
         for backend in self.agents.values():
@@ -176,7 +173,7 @@ class RunSession:
     def export_merged(self) -> Path | None:
         """With --lora-merge and LoRA: write `<out>/merged` (adapters merged into a plain model, and the
         tokenizer) and return it; else None."""
-        if not (self.cfg.lora_merge and self.cfg.lora_r):
+        if not (self.cfg.update.lora_merge and self.cfg.update.lora_r):
             return None
         path = self.out / "merged"
         merged_copy(self.model).save_pretrained(path)
@@ -192,8 +189,8 @@ class RunSession:
         """Build the session; on exit close the sandbox and mark the results file failed/interrupted if
         the run did not finish (the file keeps every completed step).
 
-        Everything that can be checked without touching `cfg.out` (agentrl.rl.run_setup.plan_run) is
-        checked before an earlier run there is archived; `cfg.out` is locked for the whole run, so a
+        Everything that can be checked without touching `cfg.run.out` (agentrl.rl.run_setup.plan_run) is
+        checked before an earlier run there is archived; `cfg.run.out` is locked for the whole run, so a
         second job on the same folder is refused instead of mixing two runs.
 
         Args:
@@ -201,7 +198,7 @@ class RunSession:
             make_sandbox: builds the run's sandbox from the config (default agentrl.sandbox.Sandbox();
                 agentrl.scale's Ray graders pass theirs).
             scaled: an agentrl.scale strategy runs this session (--rollout-workers / --ray-graders need one).
-            log_name: the run's log file in `cfg.out` (`agentrl eval`: eval.log).
+            log_name: the run's log file in `cfg.run.out` (`agentrl eval`: eval.log).
 
         Raises:
             ValueError / FileNotFoundError: invalid input, named (nothing is archived or written).
@@ -228,7 +225,8 @@ class RunSession:
             log.info("%s", note)
         sess = None
         try:
-            log.info("model %s on %s in %s (--dtype %s)", cfg.model, inputs.device, inputs.dtype, cfg.dtype)
+            log.info("model %s on %s in %s (--dtype %s)", cfg.policy.model, inputs.device, inputs.dtype,
+                     cfg.policy.dtype)
             state = build_training_state(cfg, out, inputs.model)
             results = open_results(cfg, out, tasks, sandbox, inputs, state.model, state.start_step)
             sess = cls(cfg=cfg, out=out, model=state.model, tokenizer=inputs.tokenizer, optimizer=state.optimizer,
@@ -236,7 +234,7 @@ class RunSession:
                        start_step=state.start_step, ref_model=state.ref_model)
             sess.log_path = out / log_name
             sess.attach_sampler(sampler)
-            sess.tracker = open_tracker(cfg.report_to, out, config=cfg.to_dict())
+            sess.tracker = open_tracker(cfg.run.report_to, out, config=cfg.to_flat())
             with progress(transient=True) as bars:
                 sess.progress = bars
                 yield sess
@@ -263,13 +261,13 @@ class RunSession:
 
 @contextlib.contextmanager
 def torch_cpu_threads(cfg: RLConfig) -> Iterator[None]:
-    """torch's intra-op threads = cfg.cpu_threads while the run is open, on a CPU run (0: unchanged); the
+    """torch's intra-op threads = cfg.scale.cpu_threads while the run is open, on a CPU run (0: unchanged); the
     previous count is restored on exit (a run inside a longer process leaves it as it found it)."""
-    if not cfg.cpu_threads or not str(resolve_device(cfg.device)).startswith("cpu"):
+    if not cfg.scale.cpu_threads or not str(resolve_device(cfg.policy.device)).startswith("cpu"):
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(cfg.cpu_threads)
+    torch.set_num_threads(cfg.scale.cpu_threads)
     try:
         yield
     finally:

@@ -49,7 +49,7 @@ def step_tasks(train_tasks: Sequence[Task], prompts_per_step: int, group_size: i
 
 def _seed(cfg: RLConfig, phase: str, step: int) -> int:
     """A sampling seed per (run seed, phase, step): reproducible and unchanged by --resume."""
-    return random.Random(f"{cfg.seed}:{phase}:{step}").randrange(2**31)
+    return random.Random(f"{cfg.run.seed}:{phase}:{step}").randrange(2**31)
 
 
 @dataclass
@@ -84,10 +84,10 @@ def collect_step(sess: RunSession, step: int, *, version: int | None = None, pol
     cfg = sess.cfg
     version = step if version is None else version
     t0 = time.perf_counter()
-    tasks = step_tasks(sess.tasks.train, cfg.prompts_per_step, cfg.group_size, cfg.seed, step)
-    trajs = sess.rollout(tasks, seed=_seed(cfg, "train", step), group_ids=[i // cfg.group_size for i in range(len(tasks))],
+    tasks = step_tasks(sess.tasks.train, cfg.sampling.prompts_per_step, cfg.sampling.group_size, cfg.run.seed, step)
+    trajs = sess.rollout(tasks, seed=_seed(cfg, "train", step), group_ids=[i // cfg.sampling.group_size for i in range(len(tasks))],
                          label=f"step {step} rollouts", policy_version=version, policy=policy)
-    adv, adv_stats = episode_advantages(trajs, cfg.adv_mode, mask_truncated=cfg.mask_truncated)
+    adv, adv_stats = episode_advantages(trajs, cfg.update.adv_mode, mask_truncated=cfg.update.mask_truncated)
     rows, row_adv = expand_rows(trajs, adv.tolist())
     return Collected(step, version, trajs, rows, row_adv, adv_stats, time.perf_counter() - t0)
 
@@ -107,10 +107,10 @@ def learn_step(sess: RunSession, col: Collected, *, wait_s: float = 0.0) -> dict
     batch, is_stats = correct_stale_batch(sess.model, batch, cfg, staleness)
     upd = sess.update(batch, group_ids=[r.group_id for r in col.rows],
                       generator=torch.Generator().manual_seed(_seed(cfg, "shuffle", step)),
-                      minibatches=min(cfg.minibatches, batch.num_rows))
+                      minibatches=min(cfg.update.minibatches, batch.num_rows))
     t_upd = time.perf_counter() - t1
     if step == 0:
-        for tr in trajs[:: cfg.group_size]:
+        for tr in trajs[:: cfg.sampling.group_size]:
             rec = episode_record(tr)
             sess.results.add_transcript("train_step0", tr.task_id, tr.transcript, step=0, reward=tr.reward,
                                         end_reason=rec["end_reason"], turns=rec["turns"], write=False)
@@ -132,14 +132,14 @@ def learn_step(sess: RunSession, col: Collected, *, wait_s: float = 0.0) -> dict
         "async/wait_s": wait_s,
         "time/rollout_s": col.rollout_s,
         "time/update_s": t_upd,
-        "time/step_s": col.rollout_s + t_upd if not cfg.async_rollouts else wait_s + t_upd,
+        "time/step_s": col.rollout_s + t_upd if not cfg.async_rl.enabled else wait_s + t_upd,
     }
 
 
 def _end_reasons(cfg: RLConfig) -> tuple[str, ...]:
     from agentrl.envs import get_spec
 
-    return () if cfg.agent else tuple(get_spec(cfg.env).all_end_reasons())
+    return () if cfg.agent.name else tuple(get_spec(cfg.env.name).all_end_reasons())
 
 
 def train_step(sess: RunSession, step: int) -> dict[str, float]:
@@ -152,18 +152,18 @@ def run_warm_start(sess: RunSession) -> dict[str, Any] | None:
     """The run's `--warm-start` on the policy (agentrl.rl.warm_start's registry; None for "none"), recorded as
     the results file's `warm_start` section. Runs before the "before" evaluation, which thus measures the
     warm-started model: the paired difference is GRPO's gain over the warm start."""
-    if sess.cfg.warm_start == "none":
+    if sess.cfg.warm_start.method == "none":
         return None
     from agentrl.rl.warm_start import warm_start_fn
 
-    summary = warm_start_fn(sess.cfg.warm_start)(sess)
+    summary = warm_start_fn(sess.cfg.warm_start.method)(sess)
     sess.results.set("warm_start", summary)
     return summary
 
 
 def bootstrap_config(cfg: RLConfig) -> BootstrapConfig:
     """The run's one interval setting (n_boot, alpha, seed): every evaluation and paired difference uses it."""
-    return BootstrapConfig(n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed)
+    return cfg.eval.bootstrap(cfg.run.seed)
 
 
 def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
@@ -173,7 +173,7 @@ def run_eval(sess: RunSession, label: str, step: int) -> EvalReport:
     phase = "evaluation" if label == "eval" else f"eval {label}"  # `agentrl eval`'s one evaluation
     rep = evaluate(lambda ts: sess.rollout(ts, seed=_seed(cfg, "eval", step), label=phase,
                                            policy_version=step),
-                   sess.tasks.heldout, cfg.eval_n, bootstrap_config(cfg))
+                   sess.tasks.heldout, cfg.eval.n, bootstrap_config(cfg))
     if label in ("before", "after", "eval"):
         for tid, text in rep.transcripts.items():
             ep = rep.episodes.get(tid, {})
@@ -197,13 +197,13 @@ def _trials_text(trials: list[int]) -> str:
 def record_paired_difference(sess: RunSession, after: EvalReport, step: int | None = None) -> None:
     """after - before on the held-out set (the "before" report read back from the results file, so a
     resumed run pairs with the evaluation it made before the interruption), logged, recorded and
-    sent to the tracker at global step `step` (default: cfg.steps)."""
+    sent to the tracker at global step `step` (default: cfg.run.steps)."""
     before = EvalReport.from_dict(sess.results.evaluation("before"))
     paired = paired_difference(before, after, bootstrap_config(sess.cfg))
     rec = sess.results.add_paired_difference(paired)
     if sess.tracker is not None:
         sess.tracker.log(eval_metrics(sess.results.evaluation("after"), rec),
-                         sess.cfg.steps if step is None else step)
+                         sess.cfg.run.steps if step is None else step)
     log.info("paired difference after - before: %s over %d tasks", paired.diff.describe(signed=True),
              len(paired.task_ids))
 
@@ -238,9 +238,9 @@ def train(cfg: RLConfig, *, sampler: Any = None,
           open_session: Callable[..., AbstractContextManager[RunSession]] | None = None) -> Path:
     """Run GRPO per `cfg` and return the results JSON path.
 
-    Order: the warm start (`cfg.warm_start`, e.g. SFT on scripted experts), held-out evaluation
-    ("before"), `cfg.steps` GRPO steps (an eval-curve point every
-    `cfg.eval_every` steps, a checkpoint every `cfg.checkpoint_every`), held-out evaluation ("after"),
+    Order: the warm start (`cfg.warm_start.method`, e.g. SFT on scripted experts), held-out evaluation
+    ("before"), `cfg.run.steps` GRPO steps (an eval-curve point every
+    `cfg.eval.every` steps, a checkpoint every `cfg.run.checkpoint_every`), held-out evaluation ("after"),
     the paired after-before difference with its task-level bootstrap interval, the noise analysis,
     plots. The results file is rewritten after every step, so a crash loses at most the current step.
 
@@ -258,9 +258,9 @@ def train(cfg: RLConfig, *, sampler: Any = None,
         if not any(e["label"] == "before" for e in sess.results.data["evaluations"]):
             run_warm_start(sess)  # a resumed run's checkpoint already holds the warm-started weights
             run_eval(sess, "before", 0)
-        steps_bar = sess.progress.add_task("training steps", total=cfg.steps, completed=sess.start_step,
+        steps_bar = sess.progress.add_task("training steps", total=cfg.run.steps, completed=sess.start_step,
                                            unit="steps")
-        steps = _async_steps(sess) if cfg.async_rollouts else _sync_steps(sess)
+        steps = _async_steps(sess) if cfg.async_rl.enabled else _sync_steps(sess)
         done, t_train = sess.start_step, time.perf_counter()
         for step, metrics in steps:
             sess.results.add_step(step, metrics)
@@ -271,7 +271,7 @@ def train(cfg: RLConfig, *, sampler: Any = None,
             _log_step(step, metrics)
             sess.progress.advance(steps_bar)  # after the step's own lines: "training steps: 3/8" follows step 2
             done = step + 1
-            if cfg.eval_every and done % cfg.eval_every == 0 and done < cfg.steps:
+            if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.run.steps:
                 run_eval(sess, f"step_{done}", done)
             over_budget = sess.decide(_over_time_budget(sess, done, time.perf_counter() - t_train))
             sess.checkpoint(done, final=over_budget)
@@ -293,11 +293,11 @@ def train(cfg: RLConfig, *, sampler: Any = None,
 
 
 def evaluate_only(cfg: RLConfig) -> tuple[EvalReport, Path]:
-    """`agentrl eval`: the trainer's held-out evaluation of `cfg.model` on its own (no optimizer step; the
+    """`agentrl eval`: the trainer's held-out evaluation of `cfg.policy.model` on its own (no optimizer step; the
     run folder, results file, plots and report as a run writes them). Returns (the report, results path).
 
     Raises: what RunSession.open raises (bad input before any work, named)."""
-    cfg.steps = 0
+    cfg = cfg.replace_flat(steps=0)
     with RunSession.open(cfg, log_name="eval.log") as sess:
         rep = run_eval(sess, "eval", 0)
         sess.results.finish("completed", wall_clock_s=time.perf_counter() - sess.t_start)
@@ -306,43 +306,43 @@ def evaluate_only(cfg: RLConfig) -> tuple[EvalReport, Path]:
 
 
 def _over_time_budget(sess: RunSession, done: int, elapsed_s: float) -> bool:
-    """True when cfg.max_train_s (> 0) has passed after `done` < cfg.steps steps: the run then stops taking
+    """True when cfg.run.max_train_s (> 0) has passed after `done` < cfg.run.steps steps: the run then stops taking
     steps, records `stopped_early` (reason, steps done of planned, seconds) and goes on to the evaluation
     after."""
-    budget = sess.cfg.max_train_s
-    if not budget or done >= sess.cfg.steps or elapsed_s < budget:
+    budget = sess.cfg.run.max_train_s
+    if not budget or done >= sess.cfg.run.steps or elapsed_s < budget:
         return False
-    sess.results.set("stopped_early", {"reason": "max_train_s", "steps_done": done, "steps_planned": sess.cfg.steps,
+    sess.results.set("stopped_early", {"reason": "max_train_s", "steps_done": done, "steps_planned": sess.cfg.run.steps,
                                        "train_s": round(elapsed_s, 3), "budget_s": budget})
     log.warning("training time budget of %.0f s reached after %d of %d steps (%.0f s); evaluating now",
-                budget, done, sess.cfg.steps, elapsed_s)
+                budget, done, sess.cfg.run.steps, elapsed_s)
     return True
 
 
 def _sync_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
     """Steps start..cfg.steps, each rollouts then update."""
-    for step in range(sess.start_step, sess.cfg.steps):
+    for step in range(sess.start_step, sess.cfg.run.steps):
         yield step, train_step(sess, step)
 
 
 def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
     """Steps start..cfg.steps with rollouts one step ahead (agentrl.rl.async_loop): a producer thread
-    collects step k+1 with a copy of the policy while step k trains, at most cfg.max_staleness versions
+    collects step k+1 with a copy of the policy while step k trains, at most cfg.async_rl.max_staleness versions
     behind; the copy gets the learner's weights before each collection. With max_staleness 0 there is no
     copy and nothing overlaps: the steps equal `_sync_steps`' exactly."""
     from agentrl.rl.async_loop import AsyncRollouts
 
     cfg = sess.cfg
     # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.scale.workers)
-    policy = sess.rollout_copy() if cfg.max_staleness > 0 or cfg.rollout_workers else None
+    policy = sess.rollout_copy() if cfg.async_rl.max_staleness > 0 or cfg.scale.rollout_workers else None
     sync = (lambda: sess.sync_weights(policy)) if policy is not None else (lambda: None)
 
     def produce(step: int, version: int) -> Collected:
         return collect_step(sess, step, version=version, policy=policy)
 
-    with AsyncRollouts(produce, sync, start=sess.start_step, stop=cfg.steps, max_staleness=cfg.max_staleness,
+    with AsyncRollouts(produce, sync, start=sess.start_step, stop=cfg.run.steps, max_staleness=cfg.async_rl.max_staleness,
                        version=sess.start_step) as loop:
-        for step in range(sess.start_step, cfg.steps):
+        for step in range(sess.start_step, cfg.run.steps):
             t0 = time.perf_counter()
             got = loop.get(step)
             with loop.lock:  # the producer copies weights only between updates

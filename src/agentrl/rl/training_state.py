@@ -21,13 +21,13 @@ log = logging.getLogger("agentrl.train")
 
 
 def with_lora(cfg: RLConfig, model: Any) -> Any:
-    """`model` wrapped in LoRA adapters when cfg.lora_r > 0 (agentrl.models.lora), else unchanged."""
-    if not cfg.lora_r:
+    """`model` wrapped in LoRA adapters when cfg.update.lora_r > 0 (agentrl.models.lora), else unchanged."""
+    if not cfg.update.lora_r:
         return model
-    base = Path(cfg.model).expanduser()
-    return apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
-                      target_modules=cfg.lora_target_modules, seed=cfg.seed,
-                      base=str(base.resolve()) if base.exists() else cfg.model)
+    base = Path(cfg.policy.model).expanduser()
+    return apply_lora(model, r=cfg.update.lora_r, alpha=cfg.update.lora_alpha, dropout=cfg.update.lora_dropout,
+                      target_modules=cfg.update.lora_target_modules, seed=cfg.run.seed,
+                      base=str(base.resolve()) if base.exists() else cfg.policy.model)
 
 
 @dataclass
@@ -51,22 +51,22 @@ def build_training_state(cfg: RLConfig, out: Path, model: Any) -> TrainingState:
     Raises:
         ValueError: a model with no trainable parameters for a training run; --resume without a checkpoint.
     """
-    if cfg.gradient_checkpointing:
+    if cfg.update.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    if cfg.compile_layers and cfg.steps > 0:
+    if cfg.update.compile_layers and cfg.run.steps > 0:
         log.info("compiled %d decoder layers for the update (--compile-layers)", compile_decoder_layers(model))
     model = with_lora(cfg, model)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    if not trainable and cfg.steps > 0:
-        raise ValueError(f"--model {cfg.model}: no trainable parameters (a frozen model cannot be trained)")
+    if not trainable and cfg.run.steps > 0:
+        raise ValueError(f"--model {cfg.policy.model}: no trainable parameters (a frozen model cannot be trained)")
     # an evaluation (steps 0) of a frozen model, e.g. a merged LoRA checkpoint, needs no optimizer
-    opt = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay) if trainable else None
+    opt = torch.optim.AdamW(trainable, lr=cfg.update.lr, weight_decay=cfg.update.weight_decay) if trainable else None
     ref = None
-    if cfg.kl_coef > 0:  # LoRA: the policy with its adapters off is the reference (no second copy)
-        ref = AdapterOffReference(model) if cfg.lora_r else copy.deepcopy(model).eval().requires_grad_(False)
+    if cfg.update.kl_coef > 0:  # LoRA: the policy with its adapters off is the reference (no second copy)
+        ref = AdapterOffReference(model) if cfg.update.lora_r else copy.deepcopy(model).eval().requires_grad_(False)
     start = 0
-    ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
-    if cfg.resume and ckpt is None:  # checked in plan_run; a checkpoint folder removed since is an error too
+    ckpt = latest_checkpoint(out / "checkpoints") if cfg.run.resume else None
+    if cfg.run.resume and ckpt is None:  # checked in plan_run; a checkpoint folder removed since is an error too
         raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'}")
     if ckpt is not None:
         removed = remove_partial_checkpoints(out / "checkpoints")  # left by a kill mid-write

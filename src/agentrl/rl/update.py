@@ -62,42 +62,43 @@ def accumulate_gradients(
 
     Args:
         batch: the minibatch (any N rows).
-        cfg: needs micro (micro_tokens, default 0: token-budget microbatches instead, see microbatch_rows),
-            clip_low, clip_high, kl_coef, temperature, top_k, top_p, logprob_chunk_rows; pack_rows
-            (default True: padding-free trunk where agentrl.rl.packing.packable allows, else the padded forward).
+        cfg: an RLConfig: its update section's micro (micro_tokens > 0: token-budget microbatches instead,
+            see microbatch_rows), clip_low, clip_high, kl_coef, logprob_chunk_rows, pack_rows (padding-free
+            trunk where agentrl.rl.packing.packable allows, else the padded forward); its sampling
+            section's temperature, top_k, top_p.
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
-        ref_model: frozen reference, required when cfg.kl_coef > 0: a frozen copy, or (LoRA) an
+        ref_model: frozen reference, required when cfg.update.kl_coef > 0: a frozen copy, or (LoRA) an
             agentrl.models.lora.AdapterOffReference of `model`.
 
     Returns:
         stats: loss (the minibatch loss = sum of microbatch losses), token-weighted means of the
         policy_loss stats over the rows that were run, rows_skipped, tokens_trained.
     """
-    kl_on = cfg.kl_coef > 0
+    kl_on = cfg.update.kl_coef > 0
     if kl_on and ref_model is None:
-        raise ValueError("accumulate_gradients: cfg.kl_coef > 0 needs ref_model")
-    pack = None if getattr(cfg, "pack_rows", True) else False
+        raise ValueError("accumulate_gradients: cfg.update.kl_coef > 0 needs ref_model")
+    pack = None if cfg.update.pack_rows else False
     active = torch.arange(batch.num_rows) if kl_on else (batch.advantages != 0).nonzero().flatten().cpu()
     totals: dict[str, float] = {"loss": 0.0, "tokens_trained": 0.0}
-    for rows in microbatch_rows(active, batch.attention_mask.sum(1), cfg.micro, getattr(cfg, "micro_tokens", 0)):
+    for rows in microbatch_rows(active, batch.attention_mask.sum(1), cfg.update.micro, cfg.update.micro_tokens):
         mb = batch.select(rows)
         if mb.num_policy_tokens == 0:
             continue
         # the sampled distribution: the sampler's temperature AND its top-k/top-p masks (sampler = trainer)
         logp, ent = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                    chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,
-                                    top_k=cfg.top_k or 0, top_p=cfg.top_p, pack=pack)
+                                    chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature,
+                                    top_k=cfg.sampling.top_k or 0, top_p=cfg.sampling.top_p, pack=pack)
         ref_logp = None
         if ref_model is not None and kl_on:
             # the KL anchor is the reference's full tempered distribution, not a truncated one: its support
             # covers every sampled token, so k3 stays finite when the policy's kept set moves
             with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
                 ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                              chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature,
+                                              chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature,
                                               pack=pack)
-        loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
-                               clip_high=cfg.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
-                               kl_coef=cfg.kl_coef, entropy=ent, weights=mb.is_weights)
+        loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.update.clip_low,
+                               clip_high=cfg.update.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
+                               kl_coef=cfg.update.kl_coef, entropy=ent, weights=mb.is_weights)
         loss.backward()
         totals["loss"] += float(loss.detach())
         totals["tokens_trained"] += st["tokens"]
@@ -121,17 +122,17 @@ def minibatch_step(
     generator: torch.Generator | None = None,
     minibatches: int | None = None,
 ) -> dict[str, float]:
-    """cfg.epochs passes over `batch`, each split into cfg.minibatches optimizer steps (or `minibatches`,
-    e.g. fewer when a black-box step has fewer rows than cfg.minibatches).
+    """cfg.update.epochs passes over `batch`, each split into cfg.update.minibatches optimizer steps (or `minibatches`,
+    e.g. fewer when a black-box step has fewer rows than cfg.update.minibatches).
 
     Each minibatch: normalizer = its policy tokens (zero-advantage rows count), gradients accumulated
-    over microbatches of cfg.micro rows (zero-advantage rows skipped unless cfg.kl_coef > 0), global
-    grad-norm clipped to cfg.max_grad_norm, one optimizer step. A minibatch with nothing to train
+    over microbatches of cfg.update.micro rows (zero-advantage rows skipped unless cfg.update.kl_coef > 0), global
+    grad-norm clipped to cfg.update.max_grad_norm, one optimizer step. A minibatch with nothing to train
     (all advantages zero, no KL) leaves `.grad` None, so the optimizer step changes nothing.
 
     Args:
         batch: [N, L] TrainBatch; rows are shuffled per epoch when `generator` is given, else kept in order.
-        cfg: RLConfig (epochs, minibatches, micro, clip_low, clip_high, kl_coef, max_grad_norm, ...).
+        cfg: RLConfig (cfg.update: epochs, minibatches, micro, clip_low, clip_high, kl_coef, max_grad_norm, ...).
 
     Returns:
         metrics averaged over optimizer steps (loss, grad_norm [pre-clip], grad_norm_max, token-weighted
@@ -141,7 +142,7 @@ def minibatch_step(
         unbiased estimate of the sampler's entropy, including rows skipped in backward), tokens_per_s
         (policy tokens of the batch times epochs / wall-clock s), peak_memory_bytes, update_s.
     """
-    n_mb = cfg.minibatches if minibatches is None else minibatches
+    n_mb = cfg.update.minibatches if minibatches is None else minibatches
     if n_mb > batch.num_rows or n_mb < 1:
         raise ValueError(f"minibatch_step: {n_mb} minibatches need 1..{batch.num_rows} (the batch's rows)")
     t0 = time.perf_counter()
@@ -151,11 +152,11 @@ def minibatch_step(
         torch.cuda.reset_peak_memory_stats(device)
     params = [p for p in model.parameters() if p.requires_grad]
     per_step: list[dict[str, float]] = []
-    for _ in range(cfg.epochs):
+    for _ in range(cfg.update.epochs):
         order = torch.randperm(batch.num_rows, generator=generator) if generator is not None else torch.arange(batch.num_rows)
         for rows in torch.tensor_split(order, n_mb):
             per_step.append(_one_minibatch(model, optimizer, batch.select(rows), cfg, params, ref_model))
-    return update_metrics(per_step, batch, epochs=cfg.epochs, has_ref=ref_model is not None,
+    return update_metrics(per_step, batch, epochs=cfg.update.epochs, has_ref=ref_model is not None,
                           elapsed_s=time.perf_counter() - t0, device=device)
 
 
@@ -191,7 +192,7 @@ def _one_minibatch(model, optimizer, mb: TrainBatch, cfg, params, ref_model) -> 
     st = accumulate_gradients(model, mb, cfg, normalizer=normalizer, ref_model=ref_model)
     with_grad = [p for p in params if p.grad is not None]
     if with_grad:
-        st["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(with_grad, cfg.max_grad_norm))
+        st["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(with_grad, cfg.update.max_grad_norm))
         optimizer.step()
     else:
         st["grad_norm"] = 0.0

@@ -1,4 +1,4 @@
-"""Warm starts: what runs on the policy before the first held-out evaluation (`RLConfig.warm_start`).
+"""Warm starts: what runs on the policy before the first held-out evaluation (`RLConfig.warm_start.method`).
 
 Not the warm starts themselves: the built-in "sft" is listed by import path
 ("agentrl.sft.warm_start:sft_warm_start", resolved when a run first uses it: the layering rule keeps rl/
@@ -36,7 +36,7 @@ _WARM_STARTS: Registry[WarmStartSpec] = Registry("a registered warm start", (
 
 
 def register_warm_start(name: str, fn: WarmStart | str, check: Callable[[Any], None] | str | None = None) -> None:
-    """Make `RLConfig.warm_start = name` run `fn(sess)` before the first evaluation (module docstring); `fn`
+    """Make `--warm-start name` (RLConfig.warm_start.method) run `fn(sess)` before the first evaluation (module docstring); `fn`
     and `check` may be "module:attr" references (agentrl.registry.resolve)."""
     if not name or name == "none":
         raise ValueError(f"a warm start needs a name other than '' and 'none', got {name!r}")
@@ -53,9 +53,9 @@ def warm_start_fn(name: str) -> WarmStart:
 
 
 def check_warm_start(cfg: Any) -> None:
-    """Before a run: `cfg.warm_start` is "none", or registered and its check accepts `cfg` (ValueError if not)."""
-    if cfg.warm_start == "none":
+    """Before a run: `cfg.warm_start.method` is "none", or registered and its check accepts `cfg` (ValueError if not)."""
+    if cfg.warm_start.method == "none":
         return
-    spec = _WARM_STARTS.lookup(cfg.warm_start, flag="--warm-start")
+    spec = _WARM_STARTS.lookup(cfg.warm_start.method, flag="--warm-start")
     if spec.check is not None:
         resolve(spec.check)(cfg)

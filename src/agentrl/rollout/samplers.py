@@ -24,7 +24,7 @@ class SamplerSpec:
     `supports_lora`: it samples through the model's forward, so peft adapters are applied (a sampler that
     reads the base weights directly would sample another policy than the one trained); `runs_layer_forward`:
     it calls the decoder layers' own forward (HF generate does; the fast sampler calls their submodules), so
-    layers compiled for the update (RLConfig.compile_layers) would also run, on its shapes, inside it."""
+    layers compiled for the update (RLConfig.update.compile_layers) would also run, on its shapes, inside it."""
 
     name: str
     help: str

@@ -9,8 +9,10 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from agentrl.models.policy import PolicyConfig
 
 
 @dataclass(frozen=True)
@@ -18,33 +20,24 @@ class SmokeConfig:
     """`agentrl smoke` options (one CLI flag each).
 
     Attributes:
-        model: "tiny-qwen3", a local folder, or an HF id in the local cache.
-        tokenizer: tokenizer folder (default: the model's; tiny-qwen3: asset "qwen3-tokenizer").
-        chat_template: replace the model's template (bundled name "chatml-tools" or a path; agentrl.chat.bundled).
+        policy: the model and how it loads (agentrl.models.policy.PolicyConfig: model, tokenizer,
+            chat_template, dtype, device, thinking, allow_download), the same section as `agentrl train`'s.
         env: environment name (agentrl.envs.make_env).
         episodes: held-out episodes to run.
-        max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits.
-        dtype / device: model placement (agentrl.models.device's vocabulary: fp32 | bf16 | fp16 | auto and
-            aliases; auto | cpu | cuda | cuda:N); allow_download: let HF fetch missing files.
+        max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits (turns, tokens per turn,
+            episodes per generate call, prompt + completion tokens per episode).
         show: transcripts to print; seed: tasks, names, sampling.
-        thinking: template thinking mode (Qwen3 enable_thinking: the policy writes its own think block).
     """
 
-    model: str = "tiny-qwen3"
-    tokenizer: str | None = None
-    chat_template: str | None = None
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     env: str = "coding-tools"
     episodes: int = 8
     max_turns: int = 3
     max_new_tokens: int = 64
     gen_batch: int = 8
     max_context_tokens: int = 4096
-    dtype: str = "fp32"
-    device: str = "auto"
-    allow_download: bool = False
     show: int = 2
     seed: int = 0
-    thinking: bool = False
 
 
 def _envs_and_tasks(cfg: SmokeConfig) -> tuple[list, Any]:
@@ -81,23 +74,21 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     from agentrl.chat.tito import assert_tito_consistent
     from agentrl.envs import check_env
     from agentrl.models.device import resolve_device
-    from agentrl.models.load import load_policy
     from agentrl.rollout.driver import RolloutConfig, run_episodes
     from agentrl.rollout.hf_sampler import SamplingConfig
 
     if cfg.episodes < 1:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
-    model, tok = load_policy(cfg.model, cfg.dtype, resolve_device(cfg.device), cfg.allow_download,
-                             tokenizer_path=cfg.tokenizer, chat_template=cfg.chat_template)
+    model, tok = cfg.policy.load(resolve_device(cfg.policy.device))
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
-    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.thinking)
+    fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.policy.thinking)
     env_check = check_env(env0, task0, seed=cfg.seed)
     t1 = time.perf_counter()
     rcfg = RolloutConfig(
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
-        max_context_tokens=cfg.max_context_tokens, enable_thinking=cfg.thinking,
+        max_context_tokens=cfg.max_context_tokens, enable_thinking=cfg.policy.thinking,
     )
     trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)
     rollout_s = time.perf_counter() - t1
@@ -105,7 +96,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     return {
         "trajectories": trajs,
         "template_check": f"ok (end-of-turn {tok.convert_ids_to_tokens(list(fmt.eot_ids))}, think stub "
-        f"{tok.decode(list(fmt.stub_ids))!r}, thinking {'on' if cfg.thinking else 'off'})",
+        f"{tok.decode(list(fmt.stub_ids))!r}, thinking {'on' if cfg.policy.thinking else 'off'})",
         "env_check": env_check,
         "end_reasons": dict(Counter(t.end_reason for t in trajs)),
         "mean_reward": sum(t.reward for t in trajs if t.reward is not None) / max(1, sum(t.scorable for t in trajs)),

@@ -66,7 +66,7 @@ def check_data_parallel(cfg: RLConfig) -> None:
                    "rollout_workers": "--rollout-workers", "ray_graders": "--ray-graders",
                    "compile_layers": "--compile-layers"}
     for name, what in unsupported.items():
-        if getattr(cfg, name, None):
+        if cfg.to_flat()[name]:
             raise ValueError(f"torchrun data parallel does not support {what} yet; run it without torchrun")
 
 
@@ -96,11 +96,11 @@ def open_rank_session(cfg: RLConfig, sampler: Any = None, *, name: str,
     try:
         inputs = load_inputs(cfg, tasks, sandbox)
         model = inputs.model
-        if cfg.gradient_checkpointing:
+        if cfg.update.gradient_checkpointing:
             enable_gradient_checkpointing(model)
-        ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-        out = Path(cfg.out).expanduser().resolve()
-        results = RankLocalResults(out / "results.json", cfg.to_dict(), seed=cfg.seed, write=False)
+        ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.update.kl_coef > 0 else None
+        out = Path(cfg.run.out).expanduser().resolve()
+        results = RankLocalResults(out / "results.json", cfg.to_flat(), seed=cfg.run.seed, write=False)
         sess = RunSession(cfg=cfg, out=out, model=model, tokenizer=inputs.tokenizer, optimizer=None,
                           sandbox=sandbox, tasks=tasks, results=results, device=inputs.device, ref_model=ref,
                           main_process=False)
@@ -121,8 +121,8 @@ def open_data_parallel(cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSes
         ValueError: not under torchrun, an unsupported option, or RunSession.open's errors.
     """
     check_data_parallel(cfg)
-    ctx = DistContext.from_env(cfg.device)
-    cfg.device = ctx.device
+    ctx = DistContext.from_env(cfg.policy.device)
+    cfg = cfg.replace_flat(device=ctx.device)
     opener = RunSession.open(cfg, sampler=sampler) if ctx.is_main else open_rank_session(cfg, sampler,
                                                                                          name=f"rank{ctx.rank}")
     with opener as sess:
@@ -150,8 +150,8 @@ class DataParallelBackend:
         if sess.ref_model is not None:
             broadcast_module(sess.ref_model)
         engine = build_engine(sess.model, ctx.device)
-        opt = torch.optim.AdamW([p for p in engine.parameters() if p.requires_grad], lr=sess.cfg.lr,
-                                weight_decay=sess.cfg.weight_decay)
+        opt = torch.optim.AdamW([p for p in engine.parameters() if p.requires_grad], lr=sess.cfg.update.lr,
+                                weight_decay=sess.cfg.update.weight_decay)
         if sess.start_step > 0:
             load_optimizer_state(engine, opt, sess.optimizer.state_dict() if ctx.is_main else None,
                                  sess.model, is_main=ctx.is_main)
@@ -214,14 +214,14 @@ class DataParallelBackend:
         """LocalBackend.checkpoint in the single-process format: the optimizer state is gathered from the
         shards (collective), rank 0 writes the plain model and that state."""
         sess = self.sess
-        every = sess.cfg.checkpoint_every
-        if not every or (step % every and step != sess.cfg.steps and not final):
+        every = sess.cfg.run.checkpoint_every
+        if not every or (step % every and step != sess.cfg.run.steps and not final):
             return None
         state = gather_optimizer_state(self.engine, sess.optimizer, sess.model, is_main=self.ctx.is_main)
         if not self.ctx.is_main:
             return None
-        holder = torch.optim.AdamW([p for p in sess.model.parameters() if p.requires_grad], lr=sess.cfg.lr,
-                                   weight_decay=sess.cfg.weight_decay)
+        holder = torch.optim.AdamW([p for p in sess.model.parameters() if p.requires_grad], lr=sess.cfg.update.lr,
+                                   weight_decay=sess.cfg.update.weight_decay)
         holder.load_state_dict(state)
         live, sess.optimizer = sess.optimizer, holder
         try:

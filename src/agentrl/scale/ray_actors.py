@@ -176,6 +176,6 @@ class RaySandbox:
 
 
 def ray_sandbox(cfg: Any) -> RaySandbox:
-    """The run's sandbox when it grades in Ray actors: a RaySandbox of cfg.ray_graders actors (pass it as
+    """The run's sandbox when it grades in Ray actors: a RaySandbox of cfg.scale.ray_graders actors (pass it as
     RunSession.open's `make_sandbox`)."""
-    return RaySandbox(cfg.ray_graders)
+    return RaySandbox(cfg.scale.ray_graders)

@@ -23,8 +23,8 @@ def open_scaled(cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSession]:
     """The session a single-trainer run of `cfg` needs: its sandbox grading in Ray actors with
     --ray-graders (agentrl.scale.ray_actors.ray_sandbox), its asynchronous rollouts in worker processes
     with --rollout-workers (agentrl.scale.workers), else RunSession.open's."""
-    make_sandbox = ray_sandbox if cfg.ray_graders else None
-    if cfg.rollout_workers:
+    make_sandbox = ray_sandbox if cfg.scale.ray_graders else None
+    if cfg.scale.rollout_workers:
         opener = open_with_rollout_workers(cfg, sampler=sampler, make_sandbox=make_sandbox)
     else:
         opener = RunSession.open(cfg, sampler=sampler, make_sandbox=make_sandbox, scaled=True)
@@ -34,7 +34,7 @@ def open_scaled(cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSession]:
 
 def train_scaled(cfg: RLConfig) -> Path:
     """agentrl.rl.trainer.train with the session `open_scaled(cfg)` opens (one trainer process)."""
-    actors = cfg.ray_graders + (cfg.rollout_workers if cfg.worker_launcher == "ray" else 0)
+    actors = cfg.scale.ray_graders + (cfg.scale.rollout_workers if cfg.scale.worker_launcher == "ray" else 0)
     if actors:  # a local cluster gets a logical CPU per actor at least (each actor asks for one)
         init_ray(num_cpus=max(os.cpu_count() or 1, actors))
     return train(cfg, open_session=open_scaled)

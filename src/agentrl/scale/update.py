@@ -32,13 +32,13 @@ from agentrl.scale.context import DistContext
 
 def _chunks(mb: TrainBatch | None, cfg: Any) -> list[torch.Tensor]:
     """Row-index chunks of `mb` that get a backward pass: rows with a nonzero advantage (all rows with
-    a KL term), split as accumulate_gradients splits them (cfg.micro rows, or cfg.micro_tokens real tokens:
+    a KL term), split as accumulate_gradients splits them (cfg.update.micro rows, or cfg.update.micro_tokens real tokens:
     agentrl.rl.update.microbatch_rows), leaving out chunks without a policy token."""
     if mb is None:
         return []
-    active = torch.arange(mb.num_rows) if cfg.kl_coef > 0 else (mb.advantages != 0).nonzero().flatten().cpu()
+    active = torch.arange(mb.num_rows) if cfg.update.kl_coef > 0 else (mb.advantages != 0).nonzero().flatten().cpu()
     out = []
-    for rows in microbatch_rows(active, mb.attention_mask.sum(1), cfg.micro, getattr(cfg, "micro_tokens", 0)):
+    for rows in microbatch_rows(active, mb.attention_mask.sum(1), cfg.update.micro, cfg.update.micro_tokens):
         if int(mb.policy_mask[rows.to(mb.policy_mask.device)].sum()):
             out.append(rows)
     return out
@@ -49,17 +49,17 @@ def _pass(engine: Any, sub: TrainBatch, cfg: Any, normalizer: float, ref_model: 
     """One forward/backward of `sub` (loss / normalizer, times `scale`); its policy_loss stats."""
     # as agentrl.rl.update.accumulate_gradients: the sampled distribution (temperature, top-k/top-p) for the
     # policy, the reference's full tempered distribution for the KL anchor
-    pack = None if getattr(cfg, "pack_rows", True) else False  # padding-free trunk where packable
-    logp, ent = engine(sub.input_ids, sub.attention_mask, sub.policy_mask, chunk_rows=cfg.logprob_chunk_rows,
-                       temperature=cfg.temperature, top_k=cfg.top_k or 0, top_p=cfg.top_p, pack=pack)
+    pack = None if cfg.update.pack_rows else False  # padding-free trunk where packable
+    logp, ent = engine(sub.input_ids, sub.attention_mask, sub.policy_mask, chunk_rows=cfg.update.logprob_chunk_rows,
+                       temperature=cfg.sampling.temperature, top_k=cfg.sampling.top_k or 0, top_p=cfg.sampling.top_p, pack=pack)
     ref_logp = None
-    if ref_model is not None and cfg.kl_coef > 0:
+    if ref_model is not None and cfg.update.kl_coef > 0:
         with torch.no_grad(), reference(ref_model) as ref:
             ref_logp, _ = policy_logprobs(ref, sub.input_ids, sub.attention_mask, sub.policy_mask,
-                                          chunk_rows=cfg.logprob_chunk_rows, temperature=cfg.temperature, pack=pack)
-    loss, st = policy_loss(logp, sub.old_logprobs, sub.advantages, sub.policy_mask, clip_low=cfg.clip_low,
-                           clip_high=cfg.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
-                           kl_coef=cfg.kl_coef, entropy=ent, weights=sub.is_weights)
+                                          chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature, pack=pack)
+    loss, st = policy_loss(logp, sub.old_logprobs, sub.advantages, sub.policy_mask, clip_low=cfg.update.clip_low,
+                           clip_high=cfg.update.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
+                           kl_coef=cfg.update.kl_coef, entropy=ent, weights=sub.is_weights)
     (loss * scale).backward()
     st["loss"] = float(loss.detach())
     return st
@@ -98,7 +98,7 @@ def dp_accumulate(engine: Any, batch: TrainBatch, mine: torch.Tensor, ctx: DistC
     local_tokens = mb.num_policy_tokens if mb is not None else 0
     normalizer, = ctx.all_reduce_sum([local_tokens])  # the one token-mean normaliser of all ranks
     passes = ctx.all_reduce_max(len(chunks)) if normalizer > 0 else 0
-    keys = [k for k in _WEIGHTED if k != "kl_ref" or (ref_model is not None and cfg.kl_coef > 0)]
+    keys = [k for k in _WEIGHTED if k != "kl_ref" or (ref_model is not None and cfg.update.kl_coef > 0)]
     sums = dict.fromkeys(["loss", "tokens_trained", *keys], 0.0)
     if passes:
         filler = int(batch.policy_mask.sum(dim=1).nonzero()[0, 0])  # a row with a policy token
@@ -133,7 +133,7 @@ def dp_minibatch(engine: Any, optimizer: torch.optim.Optimizer, batch: TrainBatc
     out = dp_accumulate(engine, batch, mine, ctx, cfg, ref_model)
     passes = out.pop("passes")
     out.pop("normalizer")
-    out["grad_norm"] = _clip_and_step(engine, optimizer, cfg.max_grad_norm) if passes else 0.0
+    out["grad_norm"] = _clip_and_step(engine, optimizer, cfg.update.max_grad_norm) if passes else 0.0
     optimizer.zero_grad(set_to_none=True)
     return out
 
@@ -141,7 +141,7 @@ def dp_minibatch(engine: Any, optimizer: torch.optim.Optimizer, batch: TrainBatc
 def dp_minibatch_step(engine: Any, optimizer: torch.optim.Optimizer, batch: TrainBatch, owner: torch.Tensor,
                       ctx: DistContext, cfg: Any, *, ref_model: Any = None,
                       generator: torch.Generator | None = None, minibatches: int | None = None) -> dict[str, float]:
-    """agentrl.rl.update.minibatch_step across ranks: cfg.epochs passes, each split into the same
+    """agentrl.rl.update.minibatch_step across ranks: cfg.update.epochs passes, each split into the same
     minibatches a single process would make (the permutation from `generator`, seeded alike on every
     rank), each one optimizer step (dp_minibatch).
 
@@ -156,7 +156,7 @@ def dp_minibatch_step(engine: Any, optimizer: torch.optim.Optimizer, batch: Trai
     Raises:
         ValueError: minibatches outside 1..N, or `owner` not [N].
     """
-    n_mb = cfg.minibatches if minibatches is None else minibatches
+    n_mb = cfg.update.minibatches if minibatches is None else minibatches
     if not 1 <= n_mb <= batch.num_rows:
         raise ValueError(f"dp_minibatch_step: {n_mb} minibatches need 1..{batch.num_rows} (the batch's rows)")
     if owner.shape != (batch.num_rows,):
@@ -166,9 +166,9 @@ def dp_minibatch_step(engine: Any, optimizer: torch.optim.Optimizer, batch: Trai
     batch = batch.to(device)
     local = owner.cpu() == ctx.rank
     per_step = []
-    for _ in range(cfg.epochs):
+    for _ in range(cfg.update.epochs):
         order = torch.randperm(batch.num_rows, generator=generator) if generator is not None else torch.arange(batch.num_rows)
         for rows in torch.tensor_split(order, n_mb):
             per_step.append(dp_minibatch(engine, optimizer, batch, rows[local[rows]], ctx, cfg, ref_model))
-    return update_metrics(per_step, batch, epochs=cfg.epochs, has_ref=ref_model is not None,
+    return update_metrics(per_step, batch, epochs=cfg.update.epochs, has_ref=ref_model is not None,
                           elapsed_s=time.perf_counter() - t0, device=device)

@@ -20,7 +20,6 @@ loopback interface unless the user set them (agentrl.scale.net), so the pool lis
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import datetime as _dt
 import logging
@@ -69,9 +68,9 @@ def worker_devices(cfg_device: str, n: int) -> tuple[str, list[str]]:
 def check_rollout_workers(cfg: RLConfig) -> None:
     """ValueError for what rollout workers do not support yet (named)."""
     for name, what in {"lora_r": "LoRA adapters (--lora-r)", "agent": "black-box agents (--agent)"}.items():
-        if getattr(cfg, name):
+        if cfg.to_flat()[name]:
             raise ValueError(f"--rollout-workers does not support {what} yet")
-    if not cfg.async_rollouts:
+    if not cfg.async_rl.enabled:
         raise ValueError("--rollout-workers needs --async-rollouts")
 
 
@@ -163,7 +162,7 @@ def _launch(cfg: RLConfig, wcfgs: list[RLConfig], devices: list[str], init: str,
     """Start the workers (rank i+1 on devices[i]): spawned processes, or Ray actors with `net_env` in
     their runtime environment. Returns (processes, [(actor, serve ref)])."""
     n = len(devices)
-    if cfg.worker_launcher == "ray":
+    if cfg.scale.worker_launcher == "ray":
         return [], start_worker_actors(wcfgs, n + 1, init, backend, env=net_env)
     ctx = mp.get_context("spawn")
     procs = []
@@ -216,16 +215,14 @@ class WorkerPool:
 
         Raises: ValueError (worker_devices), RuntimeError when a worker fails to start.
         """
-        _, devices = worker_devices(cfg.device, n)
+        _, devices = worker_devices(cfg.policy.device, n)
         backend = "nccl" if all(d.startswith("cuda") for d in devices) and trainer_device.startswith("cuda") else "gloo"
         comm_device = trainer_device if backend == "nccl" else "cpu"
         tmp = Path(tempfile.mkdtemp(prefix="agentrl-workers-"))
         init = f"file://{tmp / 'rendezvous'}"
         wcfgs = []
         for dev in devices:
-            wcfg = copy.deepcopy(cfg)
-            wcfg.device, wcfg.report_to, wcfg.resume, wcfg.ray_graders = dev, "none", False, 0
-            wcfgs.append(wcfg)
+            wcfgs.append(cfg.replace_flat(device=dev, report_to="none", resume=False, ray_graders=0))
         net_env = loopback_socket_env()
         with environ_set(net_env):  # the spawned workers inherit it; this process's groups read it
             procs, actors = _launch(cfg, wcfgs, devices, init, backend, net_env)
@@ -243,7 +240,7 @@ class WorkerPool:
                  ", ".join(str(r["ready"]) for r in ready[1:]), ", ".join(r["device"] for r in ready[1:]),
                  "Ray actors" if actors else "processes", backend)
         pool = cls(procs, ctrl, backend, comm_device, tmp, [r["device"] for r in ready[1:]])
-        pool.actors, pool.launcher, pool.pids = actors, cfg.worker_launcher, [r["pid"] for r in ready[1:]]
+        pool.actors, pool.launcher, pool.pids = actors, cfg.scale.worker_launcher, [r["pid"] for r in ready[1:]]
         return pool
 
     def _command(self, cmd: dict) -> list[Any]:
@@ -335,13 +332,13 @@ class RemotePolicy:
 def open_with_rollout_workers(cfg: RLConfig, *, sampler: Any = None,
                               make_sandbox: Callable[[RLConfig], Any] | None = None) -> Iterator[RunSession]:
     """RunSession.open with a RolloutWorkersBackend: the asynchronous producer's rollouts run on a
-    WorkerPool of cfg.rollout_workers processes (module docstring); the pool is closed on exit.
+    WorkerPool of cfg.scale.rollout_workers processes (module docstring); the pool is closed on exit.
 
     Raises: ValueError: an option the workers do not support, or RunSession.open's errors."""
     check_rollout_workers(cfg)
-    worker_devices(cfg.device, cfg.rollout_workers)  # refused before any work
+    worker_devices(cfg.policy.device, cfg.scale.rollout_workers)  # refused before any work
     with RunSession.open(cfg, sampler=sampler, make_sandbox=make_sandbox, scaled=True) as sess:
-        pool = WorkerPool.start(cfg, cfg.rollout_workers, sess.device)
+        pool = WorkerPool.start(cfg, cfg.scale.rollout_workers, sess.device)
         sess.backend = RolloutWorkersBackend(sess, pool, sess.backend)
         sess.results.set("distributed", {"launcher": f"rollout-workers ({pool.launcher})",
                                          "rollout_workers": pool.size, "devices": pool.devices,

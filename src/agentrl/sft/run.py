@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.models.policy import PolicyConfig
 from agentrl.sft.config import SFTConfig
 
 log = logging.getLogger("agentrl.sft")
@@ -22,10 +23,14 @@ class SFTRunConfig:
     """`agentrl sft` options besides the SFTConfig knobs (one CLI flag each).
 
     Attributes:
+        policy: the model and how it loads (agentrl.models.policy.PolicyConfig, the same section as `agentrl
+            train`'s): model / tokenizer (a preset such as "tiny-qwen3", a fetched model such as
+            "smollm2-135m-instruct", a folder, or an HF id in the cache); chat_template (a bundled name such
+            as "chatml-tools" or a path; saved with the output); device ("auto" or a torch device); dtype
+            (fp32 | bf16 | auto or an alias: bf16 = autocast with fp32 master weights; fp16 is refused: no
+            loss scaling); thinking (template thinking mode, Qwen3 enable_thinking, as `agentrl train
+            --thinking` samples: each expert turn is the template's own rendering of it as a thinking turn).
         env: environment whose scripted expert plays the episodes (agentrl.envs.ENV_NAMES).
-        model / tokenizer: a preset ("tiny-qwen3", "small-qwen3"), a fetched model ("smollm2-135m-instruct"),
-            a folder, or an HF id in the cache.
-        chat_template: replace the model's template (bundled "chatml-tools" or a path); saved with the output.
         tasks: task source the expert plays: "bugfix" (generated bug-fix tasks) or any other `agentrl train
             --tasks` source with a training split (e.g. "wordle"; agentrl.tasks.task_sets).
         n_tasks / families / split: tasks to play (bug-fix: agentrl.tasks.make_tasks, names randomized;
@@ -34,11 +39,7 @@ class SFTRunConfig:
         max_turns: environment turn limit (None: its default).
         from_jsonl: train on this JSONL (token-level or chat-messages records) instead of expert episodes.
         save_jsonl: also write the training trajectories here.
-        out: output folder; device: "auto" (cuda if available) or a torch device; dtype: fp32 | bf16 | auto
-            or an alias (agentrl.models.device; bf16 = autocast with fp32 master weights; fp16 is refused:
-            no loss scaling); gradient_checkpointing: activation checkpointing.
-        thinking: template thinking mode (Qwen3 enable_thinking), as `agentrl train --thinking` samples: each
-            expert turn is the template's own rendering of it as a thinking-mode turn.
+        out: output folder; gradient_checkpointing: activation checkpointing.
         lora_r / lora_alpha / lora_dropout / lora_target_modules: LoRA adapters (r > 0; agentrl.models.lora):
             only they train and --out holds them (it loads as --model); lora_merge: also <out>/merged.
         agent: "" (agentrl's own environment loop) or "opencode": the expert plays bug-fix tasks through the
@@ -46,10 +47,8 @@ class SFTRunConfig:
             agent_isolation / agent_binary / agent_timeout_s: as `agentrl train --agent-*`.
     """
 
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     env: str = "edit-menu"
-    model: str = "tiny-qwen3"
-    tokenizer: str | None = None
-    chat_template: str | None = None
     tasks: str = "bugfix"
     n_tasks: int = 200
     families: str | None = None
@@ -59,10 +58,7 @@ class SFTRunConfig:
     from_jsonl: str | None = None
     save_jsonl: str | None = None
     out: str = "runs/sft"
-    device: str = "auto"
-    dtype: str = "fp32"
     gradient_checkpointing: bool = False
-    thinking: bool = False
     lora_r: int = 0
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
@@ -74,12 +70,19 @@ class SFTRunConfig:
     agent_timeout_s: float = 300.0
 
 
+def run_summary(run: SFTRunConfig) -> dict[str, Any]:
+    """`run` as one flat JSON-ready mapping (its policy section's fields beside the others, as the flags are):
+    sft_summary.json's "run"."""
+    own = {k: v for k, v in asdict(run).items() if k != "policy"}
+    return {**asdict(run.policy), **own}
+
+
 def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None) -> list:
     from agentrl.sft.data import expert_trajectories, load_trajectories
 
     if run.from_jsonl:
         vocab = model.get_input_embeddings().num_embeddings if model is not None else None
-        return load_trajectories(run.from_jsonl, tok, enable_thinking=run.thinking, vocab_size=vocab)
+        return load_trajectories(run.from_jsonl, tok, enable_thinking=run.policy.thinking, vocab_size=vocab)
     from agentrl.sandbox import Sandbox
     from agentrl.tasks import make_tasks, randomize_names
 
@@ -97,7 +100,7 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None
     if run.agent:
         return _agent_trajectories(run, cfg, tasks, tok, model)
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
-                               max_turns=run.max_turns, enable_thinking=run.thinking)
+                               max_turns=run.max_turns, enable_thinking=run.policy.thinking)
 
 
 def _agent_trajectories(run: SFTRunConfig, cfg: SFTConfig, tasks: list, tok: Any, model: Any) -> list:
@@ -136,7 +139,6 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     """
     from agentrl.chat.bundled import tokenizer_template
     from agentrl.models.device import resolve_device
-    from agentrl.models.load import load_policy
     from agentrl.preflight import archive_previous, prepare_output_dir
     from agentrl.report.log import setup_logging
     from agentrl.report.results import atomic_write_json, to_json_ready, versions
@@ -150,14 +152,13 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         check_output_file(run.save_jsonl, "--save-jsonl")
     if not run.from_jsonl and run.n_tasks < 1:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
-    if Path(run.model).is_dir() and Path(run.out).resolve() == Path(run.model).resolve():
+    if Path(run.policy.model).is_dir() and Path(run.out).resolve() == Path(run.policy.model).resolve():
         raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
     t0 = time.perf_counter()
-    device = resolve_device(run.device)  # a bad --device is refused before an earlier output is moved
+    device = resolve_device(run.policy.device)  # a bad --device is refused before an earlier output is moved
     # Every input (model, tokenizer, its template, the data) is loaded and checked before an earlier
     # output in --out is moved aside. fp32 master weights always; bf16 means autocast (SFTConfig.autocast_bf16).
-    model, tok = load_policy(run.model, "fp32", device, tokenizer_path=run.tokenizer, seed=cfg.seed,
-                             chat_template=run.chat_template)
+    model, tok = run.policy.load(device, dtype="fp32", seed=cfg.seed)
     trajs = _trajectories(run, cfg, tok, model)
     if not trajs:
         raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
@@ -177,10 +178,10 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     if run.lora_r:
         from agentrl.models.lora import apply_lora
 
-        base = Path(run.model).expanduser()
+        base = Path(run.policy.model).expanduser()
         model = apply_lora(model, r=run.lora_r, alpha=run.lora_alpha, dropout=run.lora_dropout,
                            target_modules=run.lora_target_modules, seed=cfg.seed,
-                           base=str(base.resolve()) if base.exists() else run.model)
+                           base=str(base.resolve()) if base.exists() else run.policy.model)
     pad = tok.pad_token_id
     nll_before = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
     metrics = sft(model, trajs, cfg, pad_id=pad, on_step=lambda r: log.info(
@@ -189,8 +190,8 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     log.info("policy NLL %.4f -> %.4f nats/token", nll_before, nll_after)
     save_policy(model, tok, out, merged=run.lora_merge)
     summary = {
-        "run": asdict(run), "sft": asdict(cfg), "device": device, "versions": versions(),
-        "chat_template": tokenizer_template(tok, run.chat_template or "model").describe(),
+        "run": run_summary(run), "sft": asdict(cfg), "device": device, "versions": versions(),
+        "chat_template": tokenizer_template(tok, run.policy.chat_template or "model").describe(),
         "data": {"trajectories": len(trajs), "mean_reward": sum(rewards) / len(rewards),
                  "data_wall_clock_s": data_s},
         "nll_before": nll_before, "nll_after": nll_after, **metrics.to_dict(),

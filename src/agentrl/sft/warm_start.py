@@ -26,26 +26,26 @@ def check_sft_warm_start(cfg: Any) -> None:
     (it has no scripted expert), or an environment whose expert does not play the run's tasks' kind."""
     from agentrl.envs import env_specs, get_spec
 
-    if cfg.agent:
+    if cfg.agent.name:
         raise ValueError(f"--warm-start sft plays agentrl's own environments' scripted experts; it does not apply "
-                         f"to --agent {cfg.agent} (warm-start the model with `agentrl sft` and pass it as --model)")
-    spec = get_spec(cfg.env)
+                         f"to --agent {cfg.agent.name} (warm-start the model with `agentrl sft` and pass it as --model)")
+    spec = get_spec(cfg.env.name)
     if not spec.random_op_expert:
         able = ", ".join(n for n, sp in env_specs().items() if sp.random_op_expert)
         raise ValueError(f"--warm-start sft needs an environment whose scripted expert can pick the edit at random "
-                         f"({able}); --env {cfg.env} has none")
-    if cfg.tasks != "bugfix":
+                         f"({able}); --env {cfg.env.name} has none")
+    if cfg.tasks.source != "bugfix":
         raise ValueError(f"--warm-start sft plays the scripted expert on generated bug-fix tasks (--tasks bugfix); "
-                         f"got --tasks {cfg.tasks}")
+                         f"got --tasks {cfg.tasks.source}")
 
 
 def sft_config(cfg: Any) -> Any:
-    """The SFTConfig of a run's warm start: its warm_start_* fields, cfg.micro rows per forward, cfg.seed."""
+    """The SFTConfig of a run's warm start: its warm_start_* fields, cfg.update.micro rows per forward, cfg.run.seed."""
     from agentrl.sft.config import SFTConfig
 
-    return SFTConfig(epochs=cfg.warm_start_epochs, lr=cfg.warm_start_lr, batch=cfg.warm_start_batch,
-                     micro=cfg.micro, max_tokens=cfg.max_context_tokens, warmup_steps=WARMUP_STEPS,
-                     min_lr_ratio=MIN_LR_RATIO, seed=cfg.seed, autocast_bf16=False)
+    return SFTConfig(epochs=cfg.warm_start.epochs, lr=cfg.warm_start.lr, batch=cfg.warm_start.batch,
+                     micro=cfg.update.micro, max_tokens=cfg.sampling.max_context_tokens, warmup_steps=WARMUP_STEPS,
+                     min_lr_ratio=MIN_LR_RATIO, seed=cfg.run.seed, autocast_bf16=False)
 
 
 def sft_warm_start(sess: Any) -> dict[str, Any]:
@@ -68,19 +68,19 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
     from agentrl.sft.trainer import policy_nll, sft
 
     cfg, t0 = sess.cfg, time.perf_counter()
-    tasks = list(sess.tasks.train[: cfg.warm_start_tasks])
+    tasks = list(sess.tasks.train[: cfg.warm_start.tasks])
     scfg = sft_config(cfg)
     bar = sess.progress.add_task("warm start: expert episodes", total=len(tasks), unit="episodes")
     trajs = expert_trajectories(
-        cfg.env, tasks, sess.tokenizer, random_op=True, seed=cfg.seed, sandbox=sess.sandbox,
-        max_turns=cfg.max_turns, max_context_tokens=cfg.max_context_tokens,  # whole expert turns, never cut
-        enable_thinking=cfg.thinking, env_kwargs=env_kwargs(cfg, sess.sandbox),
+        cfg.env.name, tasks, sess.tokenizer, random_op=True, seed=cfg.run.seed, sandbox=sess.sandbox,
+        max_turns=cfg.env.max_turns, max_context_tokens=cfg.sampling.max_context_tokens,  # whole expert turns, never cut
+        enable_thinking=cfg.policy.thinking, env_kwargs=env_kwargs(cfg, sess.sandbox),
         on_progress=lambda done, total: sess.progress.update(bar, completed=done))
     sess.progress.remove_task(bar)
     data_s = time.perf_counter() - t0
     rewards = [t.reward for t in trajs if t.reward is not None]
     log.info("warm start (sft): %d random-op expert episodes of %s in %.1f s (mean reward %.3f, %d policy tokens)",
-             len(trajs), cfg.env, data_s, sum(rewards) / max(len(rewards), 1), sum(t.num_policy_tokens for t in trajs))
+             len(trajs), cfg.env.name, data_s, sum(rewards) / max(len(rewards), 1), sum(t.num_policy_tokens for t in trajs))
     pad = sess.pad_id
     nll_before = policy_nll(sess.model, trajs, pad, micro=scfg.micro)
     total = -(-len(trajs) // scfg.batch) * scfg.epochs
@@ -100,7 +100,7 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
              nll_before, nll_after, metrics.trained_trajectories, scfg.epochs, time.perf_counter() - t1)
     return {
         "method": "sft",
-        "settings": {**asdict(scfg), "env": cfg.env, "tasks": len(tasks), "random_op": True,
+        "settings": {**asdict(scfg), "env": cfg.env.name, "tasks": len(tasks), "random_op": True,
                      "task_ids": [t.id for t in tasks]},
         "data": {"trajectories": len(trajs), "mean_reward": sum(rewards) / max(len(rewards), 1),
                  "policy_tokens": metrics.policy_tokens, "tokens": metrics.tokens, "dropped": metrics.dropped},

@@ -103,8 +103,8 @@ def _env_factory(cfg: EnvServerConfig, sandbox: Any):
     from agentrl.rl.config import RLConfig
 
     spec = get_spec(cfg.env)
-    run_cfg = RLConfig(env=cfg.env, tasks=cfg.task_source(), max_turns=cfg.max_turns, seed=cfg.seed)
-    kwargs = {**spec.kwargs_from_config(run_cfg, sandbox=sandbox), **cfg.env_kwargs}
+    run_cfg = RLConfig.from_flat(env=cfg.env, tasks=cfg.task_source(), max_turns=cfg.max_turns, seed=cfg.seed)
+    kwargs = {**spec.kwargs_from_config(run_cfg.env, sandbox=sandbox), **cfg.env_kwargs}
     return spec, lambda: spec.make(**kwargs)
 
 

@@ -10,6 +10,7 @@ cancels). Episodes are agentrl's own rollouts (token-in/token-out, the model's c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -57,23 +58,19 @@ class ModelScore:
 def _rollouts(cfg: Any, url: str, env_name: str, model_name: str, tasks: list, concurrency: int) -> list:
     """eval_n episodes per task of `model_name` over RemoteEnv sessions, `concurrency` at a time."""
     from agentrl.models.device import resolve_device
-    from agentrl.models.load import load_policy
     from agentrl.rollout.driver import RolloutConfig, run_episodes
-    from agentrl.rollout.hf_sampler import SamplingConfig
     from agentrl.serve.env.client import RemoteEnv
 
-    model, tok = load_policy(model_name, dtype=cfg.dtype, device=resolve_device(cfg.device),
-                             allow_download=cfg.allow_download, tokenizer_path=cfg.tokenizer or None, seed=cfg.seed)
-    rcfg = RolloutConfig(sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                                 top_k=cfg.top_k or 0, top_p=cfg.top_p, gen_batch=cfg.gen_batch),
-                         max_context_tokens=cfg.max_context_tokens)
-    episodes = [t for t in tasks for _ in range(cfg.eval_n)]
+    policy = dataclasses.replace(cfg.policy, model=model_name)
+    model, tok = policy.load(resolve_device(policy.device), seed=cfg.run.seed)
+    rcfg = RolloutConfig(sampling=cfg.sampling.sampler_config(), max_context_tokens=cfg.sampling.max_context_tokens)
+    episodes = [t for t in tasks for _ in range(cfg.eval.n)]
     out = []
     for start in range(0, len(episodes), concurrency):
         chunk = episodes[start:start + concurrency]
         envs = [RemoteEnv(url, name=env_name) for _ in chunk]
         try:
-            out += run_episodes(model, tok, list(zip(envs, chunk, strict=True)), cfg=rcfg, seed=cfg.seed + start)
+            out += run_episodes(model, tok, list(zip(envs, chunk, strict=True)), cfg=rcfg, seed=cfg.run.seed + start)
         finally:
             for e in envs:
                 e.close()
@@ -143,8 +140,8 @@ def render_table(scores: list[ModelScore], n_tasks: int, eval_n: int, alpha: flo
 
 
 def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) -> dict[str, Any]:
-    """Score `models` on the server's held-out split (first `cfg.eval_size` tasks, 0 = all), `cfg.eval_n`
-    episodes each, print the table and write `<cfg.out>/served_eval.json`.
+    """Score `models` on the server's held-out split (first `cfg.eval.size` tasks, 0 = all), `cfg.eval.n`
+    episodes each, print the table and write `<cfg.run.out>/served_eval.json`.
 
     Args:
         cfg: an agentrl.rl.RLConfig (sampling, context budget, dtype, device, seed, n_boot, alpha, out).
@@ -165,18 +162,19 @@ def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) ->
     if concurrency < 1:
         raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
     env_name = server_info(url)["env"]
-    specs = fetch_tasks(url, "heldout")[: cfg.eval_size or None]
+    specs = fetch_tasks(url, "heldout")[: cfg.eval.size or None]
     if not specs:
         raise ValueError(f"{url}: the held-out split is empty")
     tasks = [stub_task(s) for s in specs]
     ids = [t.id for t in tasks]
     scores = [_score(m, _rollouts(cfg, url, env_name, m, tasks, concurrency), ids) for m in models]
-    common = score_models(scores, n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed)
-    table = render_table(scores, len(common), cfg.eval_n, cfg.alpha)
+    common = score_models(scores, n_boot=cfg.eval.n_boot, alpha=cfg.eval.alpha, seed=cfg.run.seed)
+    table = render_table(scores, len(common), cfg.eval.n, cfg.eval.alpha)
     print(table)
-    result = {"env_url": url, "env": env_name, "tasks": ids, "compared_tasks": common, "eval_n": cfg.eval_n,
-              "alpha": cfg.alpha, "n_boot": cfg.n_boot, "seed": cfg.seed, "models": [s.to_dict() for s in scores]}
-    out = Path(cfg.out)
+    result = {"env_url": url, "env": env_name, "tasks": ids, "compared_tasks": common, "eval_n": cfg.eval.n,
+              "alpha": cfg.eval.alpha, "n_boot": cfg.eval.n_boot, "seed": cfg.run.seed,
+              "models": [s.to_dict() for s in scores]}
+    out = Path(cfg.run.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "served_eval.json"
     tmp = path.with_suffix(".json.tmp")

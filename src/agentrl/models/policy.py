@@ -1,0 +1,66 @@
+"""PolicyConfig: which model a command loads and how (model, tokenizer, template, dtype, device, thinking mode,
+downloads). One section of RLConfig (`cfg.policy`) and the whole model config of smoke, sft and serve-policy.
+Not the loader (agentrl.models.load) and not the run's other settings (agentrl.rl.config).
+
+Standard library and agentrl.models.dtypes only: the CLI builds its flags from these fields without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.models.dtypes import DTYPE_HELP, DTYPES, dtype_arg
+
+
+def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002 - HfArgumentParser's key
+               type: Any = None, flat: str | None = None) -> Any:  # noqa: A002 - argparse's keyword
+    """A config field whose metadata becomes `add_argument(help=..., choices=..., type=...)` (as in
+    HfArgumentParser): `choices` from a registry (samplers, estimators, dtypes), `type` a converter run
+    before the choices check (dtype aliases -> the canonical name), `flat` the field's flat name (its flag
+    and its key in results files) where it differs from the field name (`cfg.env.name` is `--env`)."""
+    meta: dict[str, Any] = {"help": help}
+    if choices is not None:
+        meta["choices"] = list(choices)
+    if type is not None:
+        meta["type"] = type
+    if flat is not None:
+        meta["flat"] = flat
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The policy model: what to load, in which dtype on which device, with which tokenizer and template.
+
+    `agentrl train` / `eval` read it as `cfg.policy`; `agentrl smoke`, `sft` and `serve-policy` take it as
+    their model settings (the same flags: agentrl.cli.flags.add_policy_flags). Empty strings mean "the
+    model's own" (tokenizer, chat_template).
+    """
+
+    model: str = flag_field("tiny-qwen3", "HF causal LM: local path, HF-cache repo id, 'tiny-qwen3' (random tiny "
+                                          "Qwen3), 'demo-qwen3' (the same with the demo's trimmed vocabulary), or a "
+                                          "fetched model: 'smollm2-135m-instruct', 'qwen2.5-coder-0.5b-instruct', "
+                                          "'qwen2.5-coder-1.5b-instruct' (`agentrl assets fetch NAME`).")
+    tokenizer: str = flag_field("", "Tokenizer path if it is not beside the model (empty = the model's own).")
+    chat_template: str = flag_field("", "Chat template replacing the model's own, for templates without tool "
+                                        "support: a bundled name (chatml-tools) or a .jinja path (empty = the "
+                                        "model's own). Saved with checkpoints, so a trained model reloads with it.")
+    dtype: str = flag_field("fp32", DTYPE_HELP + " Training refuses fp16 (no loss scaling); eval takes it.", DTYPES,
+                            dtype_arg)
+    device: str = flag_field("auto", "Torch device: auto (cuda if available, else cpu) | cpu | cuda | cuda:N.")
+    thinking: bool = flag_field(False, "Thinking mode of templates that have one (Qwen3 enable_thinking): the policy "
+                                       "writes its own <think> block each turn, kept in the rows as sampled; "
+                                       "--no-thinking (default): the template's empty think block ends the prompt.")
+    allow_download: bool = flag_field(False, "Let transformers download a missing model from the HF hub (default: "
+                                             "local only).")
+
+    def load(self, device: str, *, dtype: str | None = None, seed: int = 0) -> tuple[Any, Any]:
+        """(model, tokenizer): agentrl.models.load.load_policy of this model on `device` (a resolved torch
+        device) in `dtype` (default: self.dtype; pass the resolved one for "auto"), with this tokenizer and
+        template ("" = the model's own) and the download permission."""
+        from agentrl.models.load import load_policy
+
+        return load_policy(self.model, dtype or self.dtype, device, self.allow_download,
+                           tokenizer_path=self.tokenizer or None, seed=seed,
+                           chat_template=self.chat_template or None)
