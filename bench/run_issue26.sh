@@ -8,8 +8,8 @@
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
-#   update    bench_update.py: the default update (RLConfig defaults: token-budget microbatches) vs full logits, bf16,
-#             checkpointing off and on (item 5)
+#   update    bench_update.py: the default update (RLConfig defaults) vs full logits, bf16, checkpointing off and on,
+#             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) (item 5)
 #   step      bench_step.py: 2 coding-tools train steps (8 x 8, fast sampler, KV kept in place, micro 4), time and peak
 #             (item 3)
 #   rollout_coder05 / rollout_coder15   Qwen2.5-Coder-0.5B / 1.5B (bench/configs/): decode fraction of the bound at
@@ -85,7 +85,7 @@ if [ -n "${SMOKE:-}" ]; then
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
-    --length 64 --prompt 16 --segment 8
+    --length 64 --prompt 16 --segment 8 --extra-rows bf16:on:200
   part step 600 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 1 --micro 2 --prompts 2 --group 3
   for m in coder05 coder15; do
     if [ $m = coder05 ]; then C=("${C05[@]}"); else C=("${C15[@]}"); fi
@@ -102,7 +102,7 @@ else
     --decode-attention "${ATT[@]}"
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 45 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
-  part update 65 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive
+  part update 85 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --extra-rows bf16:on:32768
   part step 55 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
   part rollout_coder05 30 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
     --decode-attention "${ATT[0]}"
