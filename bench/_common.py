@@ -1,4 +1,4 @@
-"""Shared helpers of the GPU benchmarks: Qwen3 config lookup, random-weight model, table printing, timing.
+"""Shared helpers of the GPU benchmarks: model config lookup, random-weight model, table printing, timing.
 
 Not a benchmark itself and not part of the library (bench/ is run with PYTHONPATH=src).
 """
@@ -16,6 +16,7 @@ from agentrl.models.device import torch_dtype
 from agentrl.models.presets import TINY_QWEN3_OVERRIDES
 
 HERE = Path(__file__).resolve().parent
+CONFIGS = HERE / "configs"  # named architectures (--config NAME): the Qwen2.5-Coder configs, bench/configs/README.md
 CONFIG_CANDIDATES = (HERE.parent / "shared/assets/qwen3-0.6b-config", HERE.parent.parent / "shared/assets/qwen3-0.6b-config",
                      Path("../shared/assets/qwen3-0.6b-config"))
 # CPU smoke-test sizes (the --tiny flag): the library's "tiny-qwen3" preset sizes, so the same code path runs
@@ -24,12 +25,15 @@ TINY = {k: v for k, v in TINY_QWEN3_OVERRIDES.items() if k != "max_position_embe
 
 
 def find_config(path: str | None) -> Path:
-    """The Qwen3-0.6B config.json: `path` (a file or a folder holding config.json), else the first of
+    """The model's config.json: `path` (a file, a folder holding config.json, or the name of a folder of
+    bench/configs/, e.g. "qwen2.5-coder-1.5b-instruct"); without `path` Qwen3-0.6B's: the first of
     CONFIG_CANDIDATES, else the asset "qwen3-0.6b-config" (agentrl.paths).
 
     Raises: FileNotFoundError naming every place looked at.
     """
     tried = []
+    if path and not Path(path).exists() and (CONFIGS / path / "config.json").is_file():
+        return CONFIGS / path / "config.json"
     for cand in ([Path(path)] if path else []) + list(CONFIG_CANDIDATES):
         f = cand / "config.json" if cand.is_dir() else cand
         tried.append(str(f))
@@ -44,13 +48,22 @@ def find_config(path: str | None) -> Path:
             return resolve_asset("qwen3-0.6b-config") / "config.json"
         except (FileNotFoundError, ImportError) as e:
             tried.append(f"asset qwen3-0.6b-config ({e})")
-    raise FileNotFoundError(f"no Qwen3 config.json found; looked at: {', '.join(tried)} (pass --config PATH)")
+    names = ", ".join(sorted(d.name for d in CONFIGS.iterdir() if (d / "config.json").is_file()))
+    raise FileNotFoundError(f"no config.json found; looked at: {', '.join(tried)} (pass --config PATH or one of "
+                            f"{names})")
+
+
+def model_name(config_path: str | None) -> str:
+    """Short name of the architecture `config_path` names (its folder's name; "qwen3-0.6b" by default)."""
+    f = find_config(config_path)
+    return "qwen3-0.6b" if f.parent.name == "qwen3-0.6b-config" else f.parent.name
 
 
 def make_model(config_path: str | None, dtype: str, device: str, tiny: bool = False, seed: int = 0) -> Any:
-    """Random-weight Qwen3ForCausalLM from the config (TINY overrides when `tiny`), in eval mode."""
+    """Random-weight causal LM of the config's `model_type` (qwen3, qwen2, llama: the config class
+    transformers maps it to; TINY overrides when `tiny`), in eval mode."""
     import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     raw = json.loads(find_config(config_path).read_text())
     raw.pop("torch_dtype", None)
@@ -59,7 +72,8 @@ def make_model(config_path: str | None, dtype: str, device: str, tiny: bool = Fa
         raw.update(TINY)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(Qwen3Config(**raw), dtype=torch_dtype(dtype))
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(raw.pop("model_type"), **raw),
+                                                 dtype=torch_dtype(dtype))
     return model.eval()
 
 
@@ -154,13 +168,15 @@ def device_meta(device: str) -> dict[str, Any]:
 
 
 def verdict(value: Any, op: str, threshold: float) -> str:
-    """'met' / 'short' for `value op threshold` (op '>=' or '<=', 1e-9 relative tolerance), 'missing' when value
-    is not a number.
+    """'met' / 'short' for `value op threshold` (op '>=' or '<=', 1e-9 relative tolerance), 'reported' for op
+    'info' (no target), 'missing' when value is not a number.
 
     The one rule behind every issue-15 target line (the benchmarks' notes and bench/issue15_summary.py).
     """
     if not isinstance(value, (int, float)) or value != value:  # None, "OOM", NaN
         return "missing"
+    if op == "info":  # a figure reported without a target (e.g. a real model's row beside the targets)
+        return "reported"
     if op not in (">=", "<="):
         raise ValueError(f"verdict: op must be '>=' or '<=', got {op!r}")
     tol = 1e-9 * abs(threshold)  # a figure equal to its threshold up to float rounding (e.g. 1/G) is met
@@ -173,7 +189,8 @@ def target(tid: str, figure: str, value: Any, op: str, threshold: float) -> dict
     return these; bench/issue15_summary.py tabulates them."""
     num = isinstance(value, (int, float)) and value == value
     return {"target": tid, "figure": figure, "value": value if num else None, "op": op, "threshold": threshold,
-            "ratio": value / threshold if num and threshold else None, "status": verdict(value, op, threshold)}
+            "ratio": value / threshold if num and threshold and op != "info" else None,
+            "status": verdict(value, op, threshold)}
 
 
 def fmt_num(v: Any) -> str:
@@ -187,4 +204,6 @@ def target_text(t: dict[str, Any]) -> str:
     """'target <target>: <figure> = <value> (<op> <threshold>: <status>, ratio <ratio>)'."""
     v = fmt_num(t["value"])
     ratio = "" if t["ratio"] is None else f", ratio {t['ratio']:.2f}"
+    if t["op"] == "info":
+        return f"target {t['target']}: {t['figure']} = {v} ({t['status']})"
     return f"target {t['target']}: {t['figure']} = {v} ({t['op']} {t['threshold']:.6g}: {t['status']}{ratio})"

@@ -1,9 +1,13 @@
 """Benchmark (issue 15 target 4): FastSampler decoding rows that stop at ragged lengths vs a batch that stays full.
 
 Not a test. Qwen3-0.6B architecture, random weights, bf16, no stop token. One batch of --batch contexts
-(~--ctx random ids, lengths uniform in [7/8 ctx, ctx], as bench_rollout.py), three runs of the same sampler:
+(~--ctx random ids, lengths uniform in [7/8 ctx, ctx], as bench_rollout.py), runs of the same sampler:
 
-- `ragged`: per-row budgets uniform in [--max-new / 4, --max-new] (rows finish at ragged steps); finished rows
+- `continuous` (issue 26 item 2): --requests x --batch contexts with ragged budgets through a sampler of --batch
+  slots (max_batch): a finished row's slot is prefilled with the next pending request within the call, so the
+  batch stays full until the requests run out;
+- `ragged`: per-row budgets uniform in [--min-new (default --max-new / 4), --max-new] (rows finish at ragged
+  steps); finished rows
   are masked and the live rows compacted into smaller CUDA-graph buckets every `check_every` steps (the
   sampler's default behaviour);
 - `no_compact`: the same budgets with compaction off (check_every larger than the budget: finished rows stay
@@ -27,7 +31,18 @@ import statistics
 import sys
 import traceback
 
-from _common import Table, device_meta, free, is_oom, make_model, peak_gib, target, target_text, timed
+from _common import (
+    Table,
+    device_meta,
+    free,
+    is_oom,
+    make_model,
+    model_name,
+    peak_gib,
+    target,
+    target_text,
+    timed,
+)
 from bench_rollout import make_contexts
 
 from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
@@ -35,20 +50,23 @@ from agentrl.rollout.fast_sampler import FastSampler
 from agentrl.rollout.hf_sampler import SamplingConfig
 
 
-def ragged_budgets(batch: int, max_new: int, seed: int) -> list[int]:
-    """`batch` budgets uniform in [max_new // 4, max_new] (at least 1)."""
+def ragged_budgets(batch: int, max_new: int, seed: int, min_new: int | None = None) -> list[int]:
+    """`batch` budgets uniform in [min_new, max_new] (default min_new: max_new // 4; at least 1)."""
     rng = random.Random(seed)
-    return [rng.randint(max(max_new // 4, 1), max_new) for _ in range(batch)]
+    lo = max(max_new // 4 if min_new is None else min_new, 1)
+    return [rng.randint(lo, max_new) for _ in range(batch)]
 
 
 FINE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  # x1.5 / x1.33 steps
 
 
-def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[int, ...] | None = None) -> dict:
-    """Warm-up call, then --repeats timed calls and a 1-token call of one FastSampler: tokens and seconds."""
+def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[int, ...] | None = None,
+             max_batch: int | None = None) -> dict:
+    """Warm-up call, then --repeats timed calls and a 1-token call of one FastSampler (`max_batch` rows at a
+    time, default all): tokens and seconds."""
     fs = FastSampler(model, stop_ids=(), pad_id=0, cfg=SamplingConfig(max_new_tokens=max(budgets)),
-                     max_batch=len(contexts), keep_kv=args.keep_kv, share_prompts=False, check_every=check_every,
-                     bucket_sizes=buckets)
+                     max_batch=max_batch or len(contexts), keep_kv=args.keep_kv, share_prompts=False,
+                     check_every=check_every, bucket_sizes=buckets)
     fs(contexts, budgets)  # warm-up: cache allocation, graph captures of every bucket this run reaches
     times, tokens = [], 0
     for _ in range(args.repeats):
@@ -64,37 +82,43 @@ def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[in
 
 
 def targets(rows: list[dict]) -> list[dict]:
-    """Issue 15 target 4: ragged dec_tok_s / full dec_tok_s (rows of this table): the default compaction
-    buckets, then the finer ones (FINE_BUCKETS) when that row ran."""
+    """Issue 15 target 4 (issue 26 item 2): ragged dec_tok_s / full dec_tok_s (rows of this table): continuous
+    batching (when that row ran), the default compaction buckets, then the finer ones (FINE_BUCKETS) when that
+    row ran."""
     by = {r["mode"]: r for r in rows}
     full = by.get("full", {})
     out = []
-    for mode, how in (("ragged", "compaction"), ("ragged_fine", "compaction into finer buckets")):
+    for mode, how in (("continuous", "continuous batching"), ("ragged", "compaction"),
+                      ("ragged_fine", "compaction into finer buckets")):
         rag = by.get(mode, {})
-        if mode == "ragged_fine" and not rag:
+        if mode != "ragged" and not rag:
             continue
         ok = isinstance(rag.get("dec_tok_s"), float) and isinstance(full.get("dec_tok_s"), float)
         span = f"[{rag['min_new']}, {rag['max_new']}]" if rag else "[L/4, L]"
         fig = f"decode tokens/s, ragged budgets in {span} with {how} vs a full batch of the same tokens"
         if rag:
-            fig += f" (batch {rag['batch']})"
+            fig += f" (batch {rag['batch']}" + (f", {rag['requests']} requests)" if rag.get("requests") else ")")
         out.append(target("4", fig, rag["dec_tok_s"] / full["dec_tok_s"] if ok else None, ">=", 0.9))
     return out
 
 
-COLUMNS = [("mode", ""), ("batch", "d"), ("tokens", "d"), ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
+COLUMNS = [("mode", ""), ("batch", "d"), ("requests", "d"), ("tokens", "d"), ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
            ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f")]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
-    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--config", default=None, help="config.json, its folder, or a bench/configs/ name "
+                   "(default: Qwen3-0.6B's, ../shared/assets/qwen3-0.6b-config)")
     p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--ctx", type=int, default=1024, help="max context tokens per row")
     p.add_argument("--max-new", dest="max_new", type=int, default=256, help="L: ragged budgets in [L/4, L]")
+    p.add_argument("--min-new", dest="min_new", type=int, default=None, help="ragged budgets' low end (default L/4)")
+    p.add_argument("--requests", type=int, default=4,
+                   help="the continuous row: requests per call, as a multiple of --batch (the sampler's slots)")
     p.add_argument("--repeats", type=int, default=2, help="timed calls per mode (median)")
     p.add_argument("--keep-kv", dest="keep_kv", action="store_true", help="keep finished rows' KV (off: decode only)")
     p.add_argument("--seed", type=int, default=0)
@@ -103,18 +127,23 @@ def main() -> int:
         p.error("need --batch >= 1, --max-new >= 4, --repeats >= 1")
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     contexts = make_contexts(args.batch, args.ctx, model.config.vocab_size, seed=args.seed)
-    ragged = ragged_budgets(args.batch, args.max_new, args.seed)
+    ragged = ragged_budgets(args.batch, args.max_new, args.seed, args.min_new)
+    many = make_contexts(args.batch * args.requests, args.ctx, model.config.vocab_size, seed=args.seed + 1)
+    many_budgets = ragged_budgets(len(many), args.max_new, args.seed + 1, args.min_new)
     full = [max(round(sum(ragged) / args.batch), 1)] * args.batch
-    meta = device_meta(args.device) | {"dtype": args.dtype, "ctx": args.ctx, "keep_kv": args.keep_kv}
+    meta = device_meta(args.device) | {"model": model_name(args.config), "dtype": args.dtype, "ctx": args.ctx, "keep_kv": args.keep_kv}
     table = Table("bench_ragged", COLUMNS, meta)
     res: dict[str, dict] = {}
     # full first: every later row's vs_full is known when it is printed
-    for mode, budgets, check, buckets in (("full", full, 16, None), ("ragged", ragged, 16, None),
-                                          ("ragged_fine", ragged, 16, FINE_BUCKETS), ("no_compact", ragged, 10**9, None)):
-        row = {"mode": mode, "batch": args.batch, "min_new": min(budgets), "max_new": max(budgets)}
+    for mode, budgets, check, buckets in (("full", full, 16, None), ("continuous", many_budgets, 16, None),
+                                          ("ragged", ragged, 16, None), ("ragged_fine", ragged, 16, FINE_BUCKETS),
+                                          ("no_compact", ragged, 10**9, None)):
+        ctxs = many if mode == "continuous" else contexts
+        row = {"mode": mode, "batch": args.batch, "requests": len(ctxs), "min_new": min(budgets),
+               "max_new": max(budgets)}
         free(args.device)
         try:
-            res[mode] = r = run_mode(model, contexts, budgets, args, check, buckets)
+            res[mode] = r = run_mode(model, ctxs, budgets, args, check, buckets, max_batch=args.batch)
             row.update(r)
             if "full" in res:
                 row["vs_full"] = r["dec_tok_s"] / res["full"]["dec_tok_s"]
@@ -125,7 +154,8 @@ def main() -> int:
     for t in targets(table.rows):
         table.note(target_text(t))
     table.note("tok_s: generated tokens / wall s incl. prefill; dec_tok_s: minus a 1-token (prefill) call; "
-               "vs_full: dec_tok_s / full's; ragged_fine: compaction buckets FINE_BUCKETS; no_compact: ragged budgets, "
+               "vs_full: dec_tok_s / full's; continuous: --requests x --batch requests through --batch slots "
+               "(a finished row's slot takes the next request); ragged_fine: compaction buckets FINE_BUCKETS; no_compact: ragged budgets, "
                "finished rows kept in the full bucket")
     return 0
 

@@ -32,6 +32,7 @@ from _common import (
     free,
     is_oom,
     make_model,
+    model_name,
     param_bytes,
     peak_gib,
     target,
@@ -98,10 +99,11 @@ def greedy_agreement(a: list, b: list) -> tuple[bool, int, int]:
     return same, ties, compared
 
 
-def check_logprobs(model, device: str, pad_id: int, decode_attention: str = "matmul") -> str:
+def check_logprobs(model, device: str, pad_id: int, decode_attention: str = "matmul") -> tuple[str, dict]:
     """Diagnostic on 8 rows x 24 tokens with CUDA graphs from the first step: ours vs a plain forward
     (mean/max |d logp|), and greedy (top_k=1) tokens with graphs vs without (identical up to each row's first
-    tied top logit, see greedy_agreement; the bare comparison is also printed)."""
+    tied top logit, see greedy_agreement; the bare comparison is also printed). Returns (the check line, its
+    table row: check_mean_d / check_max_d / greedy_ok, batch 0)."""
     ctxs = make_contexts(8, 48, model.config.vocab_size, seed=7)
     kw = dict(stop_ids=(), pad_id=pad_id, check_every=5, min_graph_steps=1, decode_attention=decode_attention)
     samples = FastSampler(model, cfg=SamplingConfig(max_new_tokens=24), **kw)(ctxs)
@@ -117,9 +119,11 @@ def check_logprobs(model, device: str, pad_id: int, decode_attention: str = "mat
     eager = FastSampler(model, cfg=greedy, use_cuda_graphs=False, **kw)(ctxs, list(range(3, 27, 3)))
     same, ties, compared = greedy_agreement(graphs, eager)
     bare = [g.ids for g in graphs] == [e.ids for e in eager]
+    row = {"batch": 0, "attn": decode_attention, "check": "logprob", "check_mean_d": float(d.mean()),
+           "check_max_d": float(d.max()), "greedy_ok": "yes" if same else "NO"}
     return (f"check [{decode_attention}]: ours vs plain forward log-probs over {d.numel()} tokens: mean |d| "
             f"{d.mean():.2e}, max {d.max():.2e}; greedy tokens with graphs == without up to the first tie: {same} "
-            f"({compared} tokens compared, {ties} tied steps; all tokens: {bare})")
+            f"({compared} tokens compared, {ties} tied steps; all tokens: {bare})"), row
 
 
 def sdpa_backends(model, device: str, batch: int = 64, length: int = 1152) -> str:
@@ -181,7 +185,8 @@ def run_hf(model, contexts, steps, pad_id, device: str) -> tuple[float, float]:
 
 COLUMNS = [("batch", "d"), ("attn", ""), ("ctx", "d"), ("steps", "d"), ("hf_tok_s", ".0f"), ("ours_tok_s", ".0f"),
            ("ratio", ".2f"), ("hf_dec_tok_s", ".0f"), ("ours_dec_tok_s", ".0f"), ("dec_ratio", ".2f"),
-           ("bound_tok_s", ".0f"), ("frac_bound", ".3f"), ("ours_peak_gib", ".1f"), ("hf_peak_gib", ".1f")]
+           ("bound_tok_s", ".0f"), ("frac_bound", ".3f"), ("ours_peak_gib", ".1f"), ("hf_peak_gib", ".1f"),
+           ("check_mean_d", ".2e"), ("check_max_d", ".2e"), ("greedy_ok", "")]
 
 
 def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", hf: dict | None = None) -> dict:
@@ -232,22 +237,31 @@ TARGETS = (  # issue 15 target 1: (batch, column, figure, op, threshold)
 )
 
 
-def targets(rows: list[dict]) -> list[dict]:
+def targets(rows: list[dict], dtype: str = "bf16") -> list[dict]:
     """Issue 15 target 1's three ratios from the table's rows ('missing' for a batch not measured), once per
     decode attention in the rows (rows without `attn`, written before it existed, are "matmul"); figures of
-    an attention other than matmul say which."""
+    an attention other than matmul say which. Then issue 26 item 4 from the check rows (batch 0): the
+    sampler's log-probs vs a plain forward, mean |d| per token, <= 1e-4 when `dtype` is fp32, else reported."""
     out = []
-    for att in dict.fromkeys(r.get("attn", "matmul") for r in rows) or ["matmul"]:
-        by_batch = {r["batch"]: r for r in rows if r.get("attn", "matmul") == att}
+    timed_rows = [r for r in rows if not r.get("check")]
+    for att in dict.fromkeys(r.get("attn", "matmul") for r in timed_rows) or ["matmul"]:
+        by_batch = {r["batch"]: r for r in timed_rows if r.get("attn", "matmul") == att}
         tag = "" if att == "matmul" else f" (decode_attention={att})"
         out += [target("1", fig + tag, by_batch.get(b, {}).get(col), op, thr) for b, col, fig, op, thr in TARGETS]
+    for r in rows:
+        if r.get("check") == "logprob":
+            op = "<=" if dtype == "fp32" else "info"
+            out.append(target("4", f"sampler vs plain-forward log-prob mean |d| per token, {dtype}, "
+                                   f"decode_attention={r['attn']} (max {r['check_max_d']:.2e}, greedy "
+                                   f"graphs == eager up to ties: {r['greedy_ok']})", r["check_mean_d"], op, 1e-4))
     return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
-    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--config", default=None, help="config.json, its folder, or a bench/configs/ name (default: "
+                   "Qwen3-0.6B's, ../shared/assets/qwen3-0.6b-config)")
     p.add_argument("--dtype", default="bf16", type=dtype_arg, help=DTYPE_HELP)
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256])
@@ -264,11 +278,13 @@ def main() -> int:
                    default=["matmul"], help="FastSampler decode_attention values, one row each per batch "
                    "(plain generate runs once per batch, beside the first)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
+    p.add_argument("--check-only", dest="check_only", action="store_true",
+                   help="only the log-prob check (one row per --decode-attention; e.g. with --dtype fp32)")
     args = p.parse_args()
     if args.steps < 2:
         p.error("--steps must be >= 2")
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
-    meta = device_meta(args.device) | {"dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
+    meta = device_meta(args.device) | {"model": model_name(args.config), "dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
                                       "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
                                       "keep_kv": args.keep_kv,
                                       "decode_attention": "/".join(args.decode_attention),
@@ -284,16 +300,18 @@ def main() -> int:
             table.note(f"SDPA backend probe failed: {type(e).__name__}: {e}")
     for att in args.decode_attention if not args.no_check else ():
         try:
-            table.note(check_logprobs(model, args.device, 0, att))
+            line, row = check_logprobs(model, args.device, 0, att)
+            table.note(line)
+            table.add(**row)
         except Exception as e:  # noqa: BLE001
             table.note(f"check [{att}] failed: {type(e).__name__}: {e}")
             traceback.print_exc()
-    for batch in args.batches:
+    for batch in args.batches if not args.check_only else ():
         first = None
         for att in args.decode_attention:  # plain generate once per batch, its figures in every row of it
             row = one_batch(model, args, batch, table, att, hf=first)
             first = first or row
-    for t in targets(table.rows):
+    for t in targets(table.rows, args.dtype):
         table.note(target_text(t))
     table.note("tok_s: batch*steps / wall s incl. prefill; dec_tok_s: decode only (minus a 1-token run); "
                "frac_bound: ours_dec_tok_s / (weights + live KV bytes per step at bw)")

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 
 import torch
-from _common import Table, device_meta, free, is_oom, make_model, target, target_text
+from _common import Table, device_meta, free, is_oom, make_model, model_name, target, target_text
 
 from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
 from agentrl.models.load import load_tokenizer
@@ -107,11 +107,12 @@ def make_real_sampler(kind: str, model, pad_id: int, cfg: SamplingConfig):
 
 
 def save_random_model(args, workdir: Path) -> str:
-    """Random-weight model + real tokenizer saved to `workdir/model` (what RLConfig.model can load);
-    "tiny-qwen3" for --tiny."""
-    if args.tiny:
+    """Random-weight model of --config (Qwen3-0.6B's by default) + the real Qwen3 tokenizer saved to
+    `workdir/model` (what RLConfig.model can load; the Qwen2.5-Coder models share Qwen3's 151,936-id vocabulary);
+    --tiny: "tiny-qwen3", or with --config the config's tiny trunk (bench/_common.TINY), saved the same way."""
+    if args.tiny and args.config is None:
         return "tiny-qwen3"
-    model = make_model(args.config, "bf16", args.device)  # random init on the GPU is fast; each setting loads
+    model = make_model(args.config, "bf16", args.device, tiny=args.tiny)  # random init on the GPU is fast; each setting loads
     # it in its own dtype (RLConfig.dtype)
     model.save_pretrained(workdir / "model")
     load_tokenizer(qwen3_tokenizer_source()).save_pretrained(workdir / "model")
@@ -224,7 +225,8 @@ COLUMNS = [("env", ""), ("dtype", ""), ("step", "d"), ("episodes", "d"), ("gen_t
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
-    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--config", default=None, help="config.json, its folder, or a bench/configs/ name "
+                   "(default: Qwen3-0.6B's, ../shared/assets/qwen3-0.6b-config)")
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--dtypes", nargs="+", default=["bf16"], type=dtype_arg,
                    help="train dtypes, one setting each (e.g. bf16 fp32); " + DTYPE_HELP)
@@ -239,7 +241,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=2, help="train steps per setting (step 0 includes graph capture)")
     args = p.parse_args()
-    meta = device_meta(args.device) | {"sampler": args.sampler, "prompts": args.prompts, "group": args.group,
+    meta = device_meta(args.device) | {"model": model_name(args.config), "sampler": args.sampler, "prompts": args.prompts, "group": args.group,
                                       "micro": args.micro, "micro_tokens": args.micro_tokens}
     table = Table("bench_step", COLUMNS, meta)
     if ENVS_ERROR:

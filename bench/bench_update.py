@@ -23,7 +23,7 @@ import sys
 import traceback
 
 import torch
-from _common import Table, device_meta, free, is_oom, make_model, target, target_text
+from _common import Table, device_meta, free, is_oom, make_model, model_name, target, target_text
 
 import agentrl.rl.update as update
 from agentrl.models.device import DEVICE_HELP, dtype_arg, resolve_device
@@ -221,7 +221,8 @@ def targets(rows: list[dict]) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", type=resolve_device, help=DEVICE_HELP)
-    p.add_argument("--config", default=None, help="Qwen3 config.json or its folder (default: ../shared/assets/...)")
+    p.add_argument("--config", default=None, help="config.json, its folder, or a bench/configs/ name "
+                   "(default: Qwen3-0.6B's, ../shared/assets/qwen3-0.6b-config)")
     p.add_argument("--tiny", action="store_true", help="tiny trunk (CPU smoke test)")
     p.add_argument("--rows", type=int, default=64, help="episodes (8 prompts x 8 samples)")
     p.add_argument("--group", type=int, default=8)
@@ -247,7 +248,7 @@ def main() -> int:
             parse_extra(spec)
         except (ValueError, argparse.ArgumentTypeError) as e:
             p.error(str(e))
-    meta = device_meta(args.device) | {"micro": args.micro, "minibatches": args.minibatches, "length": args.length}
+    meta = device_meta(args.device) | {"model": model_name(args.config), "micro": args.micro, "minibatches": args.minibatches, "length": args.length}
     table = Table("bench_update", COLUMNS, meta)
     table.note(check_naive(args))
     naive = {}

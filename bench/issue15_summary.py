@@ -56,13 +56,15 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
 
 def render(figures: list[dict], problems: list[str]) -> str:
     head = ("target", "figure", "value", "threshold", "ratio", "status")
-    body = [(t["target"], t["figure"], fmt_num(t["value"]), f"{t['op']} {t['threshold']:.6g}", fmt_num(t["ratio"]),
-             t["status"]) for t in figures]
+    body = [(t["target"], t["figure"], fmt_num(t["value"]),
+             "-" if t["op"] == "info" else f"{t['op']} {t['threshold']:.6g}", fmt_num(t["ratio"]), t["status"])
+            for t in figures]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]
     lines.insert(1, "-|-".join("-" * w for w in widths))
-    counts = {s: sum(t["status"] == s for t in figures) for s in ("met", "short", "missing")}
-    lines.append(f"{len(figures)} figures: {counts['met']} met, {counts['short']} short, {counts['missing']} missing")
+    counts = {s: sum(t["status"] == s for t in figures) for s in ("met", "short", "missing", "reported")}
+    lines.append(f"{len(figures)} figures: {counts['met']} met, {counts['short']} short, {counts['missing']} missing"
+                 + (f", {counts['reported']} reported (no target)" if counts["reported"] else ""))
     lines += [f"note: {p}" for p in problems]
     return "\n".join(lines) + "\n"
 

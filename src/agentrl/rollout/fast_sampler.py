@@ -1,15 +1,24 @@
-"""Fast token-level sampler: own decode loop over a static KV cache, CUDA-graph decode steps, in-loop log-probs.
+"""Fast token-level sampler: own decode loop over a static slot KV cache, CUDA-graph decode steps, in-loop log-probs.
 
 Not the episode driver and not a general HF model runner: it drives the modules of Llama-family decoders
-(Qwen3, Qwen2, Llama; full attention, default RoPE, no logit soft-capping) directly and raises for others.
-Same contract as agentrl.rollout.hf_sampler.sample_turns (plugs into run_episodes(sampler=...)): one `Sample`
-per context with ids, the sampling distribution's log-probs (temperature / top-k / top-p applied by the same
-HF warpers the reference sampler uses) and hit_token_limit. Differences that do not change the distribution:
-tokens are drawn by the exponential race (argmax p / E, E ~ Exp(1), as vLLM does) instead of
-torch.multinomial, so a seed gives other tokens than the reference sampler; only one [B, V] step of logits
-is ever alive. Attention spans the written cache columns rounded up to `length_multiple` (one graph per
-batch bucket and span). Finished rows are masked, and the live rows are compacted into a smaller graph
-bucket every `check_every` steps once they fit one.
+(Qwen3, Qwen2, Llama; full attention, default RoPE, no logit soft-capping) directly and raises for others
+(agentrl.rollout.fast_model). Same contract as agentrl.rollout.hf_sampler.sample_turns (plugs into
+run_episodes(sampler=...)): one `Sample` per context with ids, the sampling distribution's log-probs
+(temperature / top-k / top-p applied by the same HF warpers the reference sampler uses) and hit_token_limit.
+Differences that do not change the distribution: tokens are drawn by the exponential race (argmax p / E,
+E ~ Exp(1), as vLLM does) instead of torch.multinomial, so a seed gives other tokens than the reference
+sampler (and the noise a request gets depends on the slot it runs in); only one [B, V] step of logits is
+ever alive.
+
+Scheduling. The cache is `rows` slots, each one sequence left-aligned (agentrl.rollout.fast_model). A call's
+requests take slots (at most max_batch at once); every `check_every` decode steps the host harvests finished
+rows and, while requests are pending, prefills the next ones into the freed slots (continuous batching: the
+batch stays full until the requests run out); once none are pending, live rows are compacted into a smaller
+graph bucket when they fit one. Attention spans the written columns rounded up to `length_multiple` (one graph
+per (bucket, span)). With keep_kv, a finished row's KV stays in its slot (kept in place) and the next call's
+context that extends it token for token (the episode's next turn) is prefilled in that slot from where the
+kept KV ends; only when a slot must be reused within a call (more requests than slots) is a kept row's KV
+cloned out first.
 
 Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa"): see
 agentrl.rollout.decode_attention; prefill is the same for all.
@@ -17,111 +26,52 @@ agentrl.rollout.decode_attention; prefill is the same for all.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from agentrl.rollout.decode_attention import DECODE_ATTENTION, attend, key_mask
+from agentrl.rollout.fast_model import (
+    SlotState,
+    arch_of,
+    copy_prefixes,
+    prefill_slots,
+    qkv,
+    rope_tables,
+)
 from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sampling_warpers
 from agentrl.rollout.prefix_cache import Entry, PrefixStore, weights_version
 
-_SUPPORTED = ("qwen3", "qwen2", "llama")
 DEFAULT_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024)  # compaction targets (FastSampler bucket_sizes)
 
 
 @dataclass
-class _Arch:
-    """The pieces of a Llama-family causal LM the decode loop calls (the model's own modules)."""
+class SlotRef:
+    """A kept entry that lives in the static cache: slot `slot`, columns [0, tokens)."""
 
-    embed: Any
-    layers: list
-    norm: Any
-    head: Any
-    inv_freq: torch.Tensor  # [D/2] float32
-    rope_scale: float
-    n_heads: int
-    n_kv: int
-    head_dim: int
-    scaling: float
-    vocab: int
+    slot: int
+    n_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.n_tokens
 
 
-def _arch_of(model: Any) -> _Arch:
-    """Check the model is a supported decoder and collect its modules.
+@dataclass
+class _Row:
+    """Host record of an occupied slot: the request (context index) it serves, when it was admitted (decode
+    step), its context length and budget (bounds on its cache columns)."""
 
-    Raises:
-        ValueError: unsupported model type, sliding-window layers, non-default RoPE, or logit post-processing.
-    """
-    cfg = model.config
-    mtype = getattr(cfg, "model_type", "?")
-    if mtype not in _SUPPORTED:
-        raise ValueError(f"FastSampler: model_type {mtype!r} is not supported (expected one of {_SUPPORTED}); "
-                         "use agentrl.rollout.hf_sampler.sample_turns")
-    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
-        raise ValueError(f"FastSampler: {mtype} with sliding-window layers is not supported")
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
-        raise ValueError(f"FastSampler: only default RoPE is supported, got {rope}")
-    if getattr(cfg, "final_logit_softcapping", None) or getattr(model, "logit_scale", None) is not None:
-        raise ValueError("FastSampler: logit soft-capping / scaling is not supported")
-    trunk = model.get_decoder()
-    rot = trunk.rotary_emb
-    attn = trunk.layers[0].self_attn
-    head_dim = attn.head_dim
-    return _Arch(
-        embed=trunk.embed_tokens, layers=list(trunk.layers), norm=trunk.norm, head=model.get_output_embeddings(),
-        inv_freq=rot.inv_freq.float(), rope_scale=float(getattr(rot, "attention_scaling", 1.0)),
-        n_heads=cfg.num_attention_heads, n_kv=cfg.num_key_value_heads, head_dim=head_dim,
-        scaling=float(attn.scaling), vocab=int(model.get_output_embeddings().weight.shape[0]),
-    )
+    ci: int
+    t0: int
+    m: int
+    budget: int
 
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def _qkv(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int):
-    """x [b, L, H] -> q [b, nh, L, D], k/v [b, nkv, L, D], RoPE applied (HF apply_rotary_pos_emb)."""
-    b, length = x.shape[:2]
-    q = attn.q_proj(x).view(b, length, -1, head_dim)
-    k = attn.k_proj(x).view(b, length, -1, head_dim)
-    if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over the head dim before RoPE
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k = q.transpose(1, 2), k.transpose(1, 2)
-    v = attn.v_proj(x).view(b, length, -1, head_dim).transpose(1, 2)
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
-
-
-class _State:
-    """Static buffers of one decode run: per-layer KV cache [B_cap, nkv, L_cap, D] and per-row state.
-
-    Views `[:b]` of these buffers are what a bucket-b CUDA graph reads and writes, so every bucket shares
-    the one allocation.
-    """
-
-    def __init__(self, arch: _Arch, rows: int, length: int, steps: int, dtype, device):
-        shape = (rows, arch.n_kv, length, arch.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in arch.layers]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in arch.layers]
-        self.rows, self.length, self.steps = rows, length, steps
-        z = dict(device=device)
-        self.key_valid = torch.zeros(rows, length, dtype=torch.bool, **z)
-        self.tokens = torch.zeros(rows, dtype=torch.long, **z)  # last sampled token per row
-        self.positions = torch.zeros(rows, dtype=torch.long, **z)  # its position id
-        self.budgets = torch.ones(rows, dtype=torch.long, **z)
-        self.done = torch.ones(rows, dtype=torch.bool, **z)
-        self.col = torch.zeros(1, dtype=torch.long, **z)  # cache column the next fed token is written to
-        self.step = torch.zeros(1, dtype=torch.long, **z)  # index of the token the next step samples
-        self.out_ids = torch.zeros(rows, steps, dtype=torch.long, **z)
-        self.out_logps = torch.zeros(rows, steps, dtype=torch.float32, **z)
-
-    def small(self) -> list[torch.Tensor]:
-        """Every buffer except the KV cache (snapshotted around graph warm-up, permuted by compaction)."""
-        return [self.key_valid, self.tokens, self.positions, self.budgets, self.done, self.col, self.step,
-                self.out_ids, self.out_logps]
+    def col_bound(self, t: int) -> int:
+        """An upper bound on the columns the row's KV fills at decode step t (lens <= m + budget - 1)."""
+        return self.m + min(max(t - self.t0, 0), self.budget - 1)
 
 
 class FastSampler:
@@ -131,31 +81,34 @@ class FastSampler:
         model: HF Qwen3 / Qwen2 / Llama causal LM on its device (any float dtype), in eval mode.
         stop_ids: ids that end a turn (end-of-turn and end-of-sequence ids, see `stop_token_ids`); a row
             stops after the first one sampled (kept in `ids`; the turn is finished, not truncated). May be empty.
-        pad_id: id fed for left padding (never attended to).
+        pad_id: id fed by finished rows and pad queries (never attended to by a live row).
         cfg: temperature / top_k / top_p / max_new_tokens as in SamplingConfig (default SamplingConfig());
             `gen_batch` is not used here (see max_batch).
-        max_batch: rows decoded together (more contexts are run in successive chunks).
+        max_batch: slots decoded together; more requests wait and take the slots that finished rows free
+            (continuous batching within the call).
         use_cuda_graphs: capture the decode step per batch bucket (default: on when the model is on CUDA).
         prefill_tokens: padded tokens per prefill forward (bounds prefill activation memory).
-        check_every: decode steps between host checks for all-done and for compaction.
+        check_every: decode steps between host checks (harvest, admit pending requests, compaction).
         length_multiple: attention spans the written cache columns rounded up to this (one graph per
             (bucket, span), reused across steps and calls).
         min_graph_steps: a new graph is captured only when at least this many steps remain (short turns
             run eagerly rather than pay a capture).
-        keep_kv: keep each finished row's KV (agentrl.rollout.prefix_cache) so that a later context extending
-            it token for token (the episode's next turn: sampled ids + tool-response ids) prefills only the
-            appended ids. Dropped when the weights change.
-        share_prompts: identical contexts in one call (the G samples of a GRPO group) are prefilled once and
-            their KV copied to the other rows.
+        keep_kv: keep each finished row's KV in its slot (agentrl.rollout.prefix_cache matches the next call's
+            contexts to it by token ids) so that a context extending it token for token (the episode's next
+            turn: sampled ids + tool-response ids) prefills only the appended ids, in place. Dropped when the
+            weights change.
+        share_prompts: identical contexts admitted together (the G samples of a GRPO group) are prefilled
+            once and their KV copied to the other rows.
         kv_store_tokens: cap on tokens kept by keep_kv (default: the static cache's rows x columns).
-        bucket_sizes: the batch sizes a chunk's live rows may be compacted into (each its own CUDA graph per
-            span; default DEFAULT_BUCKETS, powers of two from 8). Finer steps (e.g. 8, 16, 24, 32, 48, 64, 96,
-            128) keep fewer finished rows in the decoded batch at the cost of more graph captures.
+        bucket_sizes: the batch sizes live rows may be compacted into (each its own CUDA graph per span;
+            default DEFAULT_BUCKETS, powers of two from 8).
         decode_attention: "matmul" (default), "sdpa" or "sdpa_gqa": how a decode step attends over the static
             cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to rounding.
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
-    reused_tokens (taken from kept KV), shared_rows (rows that copied a group leader's KV).
+    reused_tokens (KV taken from kept rows), shared_rows (rows that copied a group leader's KV),
+    admitted_late (requests prefilled into a slot freed during the call), kept_in_place (contexts that
+    extended the KV left in their own slot) and cloned_out (kept rows copied out of a slot needed again).
 
     Raises:
         ValueError: unsupported architecture (see module doc), or bad arguments.
@@ -178,24 +131,24 @@ class FastSampler:
         self.bucket_sizes = tuple(sorted(set(sizes)))
         cfg = cfg or SamplingConfig()
         self.model, self.cfg, self.pad_id = model, cfg, int(pad_id)
-        self.arch = _arch_of(model)
+        self.arch = arch_of(model)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.stop = torch.tensor(sorted(set(int(s) for s in stop_ids)), dtype=torch.long, device=self.device)
+        self._stops = set(self.stop.tolist())
         self.max_batch, self.prefill_tokens, self.check_every = max_batch, prefill_tokens, check_every
         self.length_multiple, self.min_graph_steps = length_multiple, min_graph_steps
         self.graphs_on = (self.device.type == "cuda") if use_cuda_graphs is None else bool(use_cuda_graphs)
         if self.graphs_on and self.device.type != "cuda":
             raise ValueError("FastSampler: CUDA graphs need a CUDA model")
         self.warpers = sampling_warpers(cfg)
-        self.state: _State | None = None
+        self.state: SlotState | None = None
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.pool = None
-        self.rope_cos = self.rope_sin = None
+        self.rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self.keep_kv, self.share_prompts, self.kv_store_tokens = keep_kv, share_prompts, kv_store_tokens
         self.store = PrefixStore(0)
         self.stats: dict[str, int] = {}
-        self._chunk: tuple[list[list[int]], list[int], int] = ([], [], 0)
 
     # ---------------------------------------------------------------- public
     @torch.no_grad()
@@ -205,11 +158,10 @@ class FastSampler:
         budgets = list(max_new_tokens) if max_new_tokens is not None else [self.cfg.max_new_tokens] * len(contexts)
         if len(budgets) != len(contexts) or min(budgets, default=1) < 1 or any(not c for c in contexts):
             raise ValueError("FastSampler: need one budget >= 1 per non-empty context")
-        self.stats = dict.fromkeys(("context_tokens", "prefill_tokens", "reused_tokens", "shared_rows"), 0)
+        self.stats = dict.fromkeys(("context_tokens", "prefill_tokens", "reused_tokens", "shared_rows",
+                                    "admitted_late", "kept_in_place", "cloned_out"), 0)
         self.store.begin(weights_version(self.model) if self.keep_kv else None)
-        out: list[Sample] = []
-        for k in range(0, len(contexts), self.max_batch):
-            out += self._run_chunk(contexts[k: k + self.max_batch], budgets[k: k + self.max_batch])
+        out = self._run(contexts, budgets) if contexts else []
         self.store.finish()
         return out
 
@@ -218,9 +170,8 @@ class FastSampler:
         self.store.clear()
 
     def end_rollout(self) -> None:
-        """Called by run_episodes when its episodes have ended: the kept KV is freed (it would be stale after
-        the update anyway; its blocks go back to torch's caching allocator, for the update to reuse); the
-        static cache and CUDA graphs stay for the next rollout."""
+        """Called by run_episodes when its episodes have ended: the kept entries are dropped (they would be
+        stale after the update anyway); the static cache and CUDA graphs stay for the next rollout."""
         self.clear_kv()
 
     # ---------------------------------------------------------------- sampling
@@ -233,137 +184,72 @@ class FastSampler:
         return tok, logp_all.gather(1, tok[:, None]).squeeze(1)
 
     # ---------------------------------------------------------------- setup
-    def _ensure(self, rows: int, length: int, steps: int) -> _State:
+    def _ensure(self, rows: int, length: int, steps: int) -> SlotState:
+        """The state with at least these sizes; a larger one keeps the old one's slots (and so its kept KV)."""
         st = self.state
         if st is None or st.rows < rows or st.length < length or st.steps < steps:
             # A graph memory pool lives only as long as some graph captured into it: once the graphs are
             # dropped, capturing into the old handle trips CUDACachingAllocator's use_count assert.
             self.graphs.clear()
             self.pool = None
-            self.state = None
+            if st is not None:  # grow by at least a quarter, so growing contexts do not reallocate every turn
+                mult = self.length_multiple
+                length = max(length, -(-(st.length * 5 // 4) // mult) * mult) if length > st.length else length
+                self.state = None
+                self.state = st.grown(self.arch, rows, length, steps)
+            else:
+                self.state = SlotState(self.arch, rows, length, steps, self.dtype, self.device)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            rows = max(rows, st.rows if st else 0)
-            length = max(length, st.length if st else 0)
-            steps = max(steps, st.steps if st else 0)
-            self.state = _State(self.arch, rows, length, steps, self.dtype, self.device)
-            pos = torch.arange(length + steps + 1, device=self.device, dtype=torch.float32)
-            freqs = pos[:, None] * self.arch.inv_freq.to(self.device)[None, :]
-            emb = torch.cat((freqs, freqs), dim=-1)  # [P, D] as HF's rotary embedding
-            self.rope_cos = (emb.cos() * self.arch.rope_scale).to(self.dtype)
-            self.rope_sin = (emb.sin() * self.arch.rope_scale).to(self.dtype)
+            self.rope = rope_tables(self.arch, self.state.length + 1, self.dtype, self.device)
         return self.state
 
     def _buckets(self, rows: int) -> list[int]:
-        """Batch sizes a chunk of `rows` may shrink to (graph mode rounds up to 8 so graphs are reused)."""
+        """Batch sizes `rows` slots may shrink to (graph mode rounds up to 8 so graphs are reused)."""
         top = -(-rows // 8) * 8 if self.graphs_on else rows
         return sorted({top} | {b for b in self.bucket_sizes if b < top})
 
-    # ---------------------------------------------------------------- prefill
-    def _prefill(self, st: _State, contexts: list[list[int]], width: int) -> torch.Tensor:
-        """Fill cache rows [0, B) for `contexts`, each right-aligned to column `width`; return [B, V] logits of
-        each context's last token. A context extending a kept entry gets the entry's KV copied in and only
-        its remaining tokens run: the window of the last S columns (S = longest remainder) is computed,
-        written only where a row's remainder lies, and attends over the row's whole cache (prefix included).
-        """
-        n = len(contexts)
-        lens = [len(c) for c in contexts]
-        reuse = [self.store.lookup(c) if self.keep_kv else (0, None) for c in contexts]
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
-        cols = torch.arange(width, device=self.device)
-        starts = torch.tensor([width - m for m in lens], device=self.device)
-        st.key_valid[:n].zero_()
-        st.key_valid[:n, :width] = cols[None, :] >= starts[:, None]
-        for i, (p, e) in enumerate(reuse):
-            if e is not None:
-                a = width - lens[i]
-                for li in range(len(self.arch.layers)):
-                    st.k[li][i, :, a: a + p] = e.k[li][:, :p]
-                    st.v[li][i, :, a: a + p] = e.v[li][:, :p]
-        rest = [m - p for m, (p, _) in zip(lens, reuse, strict=True)]
-        self.stats["prefill_tokens"] += sum(rest)
-        self.stats["reused_tokens"] += sum(p for p, _ in reuse)
-        window = max(rest)
-        per = max(1, min(self.prefill_tokens // window, self.prefill_tokens * 2048 // (window * width)))
-        ids = ids.to(self.device)
-        write_from = torch.tensor([width - r for r in rest], device=self.device)
-        return torch.cat([self._prefill_rows(st, ids, starts, write_from, r0, min(n, r0 + per), width, window)
-                          for r0 in range(0, n, per)])
-
-    def _prefill_rows(self, st: _State, ids, starts, write_from, r0: int, r1: int, width: int, window: int):
-        """Rows [r0, r1) of `_prefill`: the last `window` columns through every layer; [r1 - r0, V] logits."""
-        ar = self.arch
-        c0 = width - window
-        qcol = torch.arange(c0, width, device=self.device)  # [S] cache column of each window query
-        kcol = torch.arange(width, device=self.device)
-        pos = (qcol[None, :] - starts[r0:r1, None]).clamp(min=0)  # [b, S] position ids
-        cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]  # [b, 1, S, D]
-        write = (qcol[None, :] >= write_from[r0:r1, None])[:, None, :, None]  # [b, 1, S, 1]
-        att = (st.key_valid[r0:r1, None, :width] & (kcol[None, None, :] <= qcol[None, :, None]))
-        att = att | (kcol[None, None, :] == qcol[None, :, None])  # pad queries see themselves: no NaN rows
-        g = ar.n_heads // ar.n_kv
-        h = ar.embed(ids[r0:r1, c0:])
-        for li, layer in enumerate(ar.layers):
-            a = layer.self_attn
-            q, k, v = _qkv(a, layer.input_layernorm(h), cos, sin, ar.head_dim)
-            kc, vc = st.k[li][r0:r1, :, :width], st.v[li][r0:r1, :, :width]
-            kc[:, :, c0:] = torch.where(write, k, kc[:, :, c0:])
-            vc[:, :, c0:] = torch.where(write, v, vc[:, :, c0:])
-            o = F.scaled_dot_product_attention(q, kc.repeat_interleave(g, 1), vc.repeat_interleave(g, 1),
-                                               attn_mask=att[:, None], scale=ar.scaling)
-            h = h + a.o_proj(o.transpose(1, 2).reshape(r1 - r0, window, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return ar.head(ar.norm(h[:, -1]))
-
-    def _share(self, st: _State, followers: list[tuple[int, int]], width: int) -> None:
-        """Copy each (row, leader row)'s prefilled KV and key mask: prefill once per distinct context."""
-        if not followers:
-            return
-        dst = torch.tensor([f for f, _ in followers], device=self.device)
-        src = torch.tensor([lead for _, lead in followers], device=self.device)
-        for cache in (*st.k, *st.v):
-            cache[dst, :, :width] = cache[src, :, :width]
-        st.key_valid[dst] = st.key_valid[src]
-        self.stats["shared_rows"] += len(followers)
-
     # ---------------------------------------------------------------- decode step
-    def _decode_step(self, b: int, length: int) -> None:
-        """One decode step for rows [0, b), attention over cache columns [0, length). All state in place."""
+    def _decode_step(self, b: int, span: int) -> None:
+        """One decode step for slots [0, b), attention over cache columns [0, span). All state in place: each
+        live row feeds its last token at column lens[r] (its position), samples the next, advances lens."""
         st, ar = self.state, self.arch
-        pos, col = st.positions[:b], st.col
-        st.key_valid[:b].index_fill_(1, col, True)
-        mask = key_mask(st.key_valid[:b, :length], self.decode_attention, self.dtype)  # shared by the layers
-        cos, sin = self.rope_cos[pos][:, None, None], self.rope_sin[pos][:, None, None]  # [b, 1, 1, D]
+        lens = st.lens[:b]
+        live = (~st.done[:b]).long()
+        mask = key_mask(st.cols[None, :span] <= lens[:, None], self.decode_attention, self.dtype)
+        cos, sin = self.rope[0][lens][:, None, None], self.rope[1][lens][:, None, None]  # [b, 1, 1, D]
+        at = lens.view(b, 1, 1, 1).expand(b, ar.n_kv, 1, ar.head_dim)
         h = ar.embed(st.tokens[:b])[:, None]  # [b, 1, H]
         for li, layer in enumerate(ar.layers):
             a = layer.self_attn
-            q, k, v = _qkv(a, layer.input_layernorm(h), cos, sin, ar.head_dim)
-            kc, vc = st.k[li][:b, :, :length], st.v[li][:b, :, :length]
-            kc.index_copy_(2, col, k)
-            vc.index_copy_(2, col, v)
+            q, k, v = qkv(a, layer.input_layernorm(h), cos, sin, ar.head_dim)
+            kc, vc = st.k[li][:b, :, :span], st.v[li][:b, :, :span]
+            kc.scatter_(2, at, k)
+            vc.scatter_(2, at, v)
             h = h + a.o_proj(attend(q, kc, vc, mask, self.decode_attention, ar.scaling))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         tok, logp = self._sample(ar.head(ar.norm(h[:, 0])))
         self._record(b, tok, logp)
-        pos.add_(1)
-        col.add_(1)
+        lens.add_(live)
 
     def _record(self, b: int, tok: torch.Tensor, logp: torch.Tensor) -> None:
+        """Store slot rows [0, b)'s sampled tokens at their own sample index; finished rows record padding."""
         st = self.state
         done = st.done[:b]
+        live = (~done).long()
         tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
-        st.out_ids[:b].index_copy_(1, st.step, tok[:, None])
-        st.out_logps[:b].index_copy_(1, st.step, logp[:, None].float())
+        at = st.nsamp[:b, None]
+        st.out_ids[:b].scatter_(1, at, tok[:, None])
+        st.out_logps[:b].scatter_(1, at, logp[:, None].float())
+        st.nsamp[:b].add_(live)
         hit_stop = (tok[:, None] == self.stop[None, :]).any(dim=1)
-        done |= hit_stop | (st.step + 1 >= st.budgets[:b])
+        done |= hit_stop | (st.nsamp[:b] >= st.budgets[:b])
         st.tokens[:b].copy_(tok)
-        st.step.add_(1)
 
-    def _graph(self, b: int, length: int) -> torch.cuda.CUDAGraph:
-        """Capture (once per (b, length)) the decode step; warm-up runs are undone from a snapshot."""
-        key = (b, length)
+    def _graph(self, b: int, span: int) -> torch.cuda.CUDAGraph:
+        """Capture (once per (b, span)) the decode step; warm-up runs are undone from a snapshot (they write
+        KV only at the rows' own next columns, which the replay writes again)."""
+        key = (b, span)
         if key in self.graphs:
             return self.graphs[key]
         st = self.state
@@ -371,8 +257,8 @@ class FastSampler:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            for _ in range(2):  # each warm-up step is undone, so it writes the same in-span column
-                self._decode_step(b, length)
+            for _ in range(2):
+                self._decode_step(b, span)
                 for t, s in zip(st.small(), snap, strict=True):
                     t.copy_(s)
         torch.cuda.current_stream(self.device).wait_stream(side)
@@ -380,129 +266,248 @@ class FastSampler:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            self._decode_step(b, length)
+            self._decode_step(b, span)
         self.graphs[key] = graph
         return graph
 
-    # ---------------------------------------------------------------- one chunk
-    def _group(self, contexts: list[list[int]]) -> tuple[list[int], list[tuple[int, int]]]:
-        """(order, followers): rows in `order` (row -> context index) put one row per distinct context first;
-        followers pairs (row, leader row) for the repeats (none unless share_prompts)."""
-        if not self.share_prompts:
-            return list(range(len(contexts))), []
-        first: dict[tuple[int, ...], int] = {}
-        repeats = []
-        for i, c in enumerate(contexts):
-            key = tuple(c)
-            if key in first:
-                repeats.append((i, first[key]))
-            else:
-                first[key] = i
-        order = list(first.values()) + [i for i, _ in repeats]
-        row_of = {ci: r for r, ci in enumerate(order)}
-        return order, [(row_of[i], row_of[lead]) for i, lead in repeats]
+    # ---------------------------------------------------------------- one call
+    def _assign(self, contexts: list[list[int]]) -> tuple[dict[int, tuple[int, Any]], list[int]]:
+        """Match contexts to kept entries: ({context: (p, entry)} for the contexts that reuse p > 0 kept tokens,
+        [contexts in admission order]). A slot entry goes to the longest match only (that context is prefilled
+        in the slot, in place); a context whose best slot entry another took has those p tokens copied."""
+        if not self.keep_kv:
+            return {}, list(range(len(contexts)))
+        found = [self.store.lookup(c) for c in contexts]
+        reuse = {i: (p, e) for i, (p, e) in enumerate(found) if e is not None and p > 0}
+        return reuse, list(range(len(contexts)))
 
-    def _run_chunk(self, contexts: list[list[int]], budgets: list[int]) -> list[Sample]:
+    def _run(self, contexts: list[list[int]], budgets: list[int]) -> list[Sample]:
         n = len(contexts)
-        order, followers = self._group(contexts)
-        width, steps = max(len(c) for c in contexts), max(budgets)
-        self._chunk = (contexts, budgets, width)
         self.stats["context_tokens"] += sum(len(c) for c in contexts)
         mult = self.length_multiple
-        length = -(-(width + steps - 1) // mult) * mult  # cache columns needed: prompt + fed tokens
-        buckets = self._buckets(n)
-        st = self._ensure(buckets[-1], length, steps)
+        need = -(-max(len(c) + b for c, b in zip(contexts, budgets, strict=True)) // mult) * mult
+        reuse, order = self._assign(contexts)
+        cap = self._buckets(min(n, self.max_batch))[-1]
+        old_rows = self.state.rows if self.state is not None else 0
+        st = self._ensure(max(cap, old_rows if reuse else 0), need, max(budgets))
         if self.keep_kv:
             self.store.max_tokens = self.kv_store_tokens or st.rows * st.length
-        for t in st.small():
-            t.zero_()
+        # slots: in-place claims first (longest match wins a slot), then free slots for the rest
+        claim: dict[int, int] = {}
+        by_len = sorted(reuse, key=lambda i: -reuse[i][0])
+        for i in by_len:
+            e = reuse[i][1]
+            if isinstance(e, SlotRef) and e.slot not in claim.values() and e.slot < st.rows:
+                claim[i] = e.slot
+        taken = set(claim.values())
+        self._rows: dict[int, _Row] = {}
+        self._fill = [0] * st.rows  # host bound on the lens of slots not occupied (finished rows: exact)
         st.done.fill_(True)
-        st.budgets[:n] = torch.tensor([budgets[i] for i in order], dtype=torch.long, device=self.device)
-        st.done[:n] = False
-        u = n - len(followers)
-        logits = self._prefill(st, [contexts[i] for i in order[:u]], width)
-        self._share(st, followers, width)
-        if followers:
-            logits = torch.cat([logits, logits[torch.tensor([lead for _, lead in followers], device=self.device)]])
-        tok, logp = self._sample(logits)
-        st.positions[:n] = torch.tensor([len(contexts[i]) for i in order], device=self.device)
-        st.col.fill_(width)
-        b = buckets[-1]
-        self._record(b, torch.cat([tok, tok.new_zeros(b - n)]), torch.cat([logp, logp.new_zeros(b - n)]))
-        slots = list(order)  # slot -> context index, for the first len(slots) rows
+        free_mask = torch.ones(st.rows, dtype=torch.bool)
+        free_mask[list(taken)] = False
+        st.lens[free_mask.to(self.device)] = 0
+        self._free = [s for s in range(max(cap, max(taken, default=-1) + 1)) if s not in taken]
+        self._pending = deque(i for i in order if i not in claim)
+        self._claim, self._reuse = claim, reuse
+        self._contexts, self._budgets = contexts, budgets
+        self._kept_here: dict[int, tuple[tuple[int, ...], SlotRef]] = {}  # slot -> this call's kept entry there
         results: dict[int, tuple[list[int], list[float]]] = {}
-        for t in range(1, steps):
-            if t % self.check_every == 1 or self.check_every == 1:
-                b, slots = self._maybe_compact(b, slots, buckets, results)
-                if not slots:
+        first = [i for i in order if i in claim]
+        while self._pending and len(first) < max(cap, len(claim)) and self._free:
+            first.append(self._pending.popleft())
+        self._admit(first, t=0)
+        t, b, span = 0, self._cover(), 0
+        while True:
+            left = max((r.t0 + r.budget - 1 - t for r in self._rows.values()), default=0)
+            if t % self.check_every == 0 or left <= 0:  # t = 0: rows done at their first token
+                b = self._check(t, results)
+                if not self._rows:
                     break
-            # attend over the written columns only, rounded up (step t writes column width + t - 1)
-            cur = min(length, -(-(width + t) // mult) * mult)
-            if self.graphs_on and ((b, cur) in self.graphs or steps - t >= self.min_graph_steps):
-                self._graph(b, cur).replay()
+                span = self._span(b, t)
+                left = max(r.t0 + r.budget - 1 - t for r in self._rows.values())
+            t += 1
+            left += max((budgets[i] for i in self._pending), default=0)
+            if self.graphs_on and ((b, span) in self.graphs or left >= self.min_graph_steps):
+                self._graph(b, span).replay()
             else:
-                self._decode_step(b, cur)
-        self._harvest(range(len(slots)), slots, results)
+                self._decode_step(b, span)
         return [self._to_sample(*results[i], budgets[i]) for i in range(n)]
 
-    def _harvest(self, rows, slots: list[int], results: dict) -> None:
-        rows = list(rows)
-        if not rows:
-            return
-        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
-        ids = self.state.out_ids.index_select(0, idx).cpu().tolist()
-        lps = self.state.out_logps.index_select(0, idx).cpu().tolist()
-        for r, i, lp in zip(rows, ids, lps, strict=True):
-            results[slots[r]] = (i, lp)
-            if self.keep_kv:
-                self._keep(r, slots[r], i)
+    def _span(self, b: int, t: int) -> int:
+        """Attention columns for the steps after step t up to the next check: every slot below b's columns
+        (live rows' bound check_every steps ahead) + the one written, rounded up to length_multiple."""
+        top = max(self._fill[:b])
+        for s, r in self._rows.items():
+            if s < b:
+                top = max(top, r.col_bound(t + self.check_every + 1))
+        mult = self.length_multiple
+        return min(self.state.length, -(-(top + 1) // mult) * mult)
 
-    def _keep(self, row: int, ci: int, out_ids: list[int]) -> None:
-        """Store row `row`'s KV (context `ci` + its sampled ids but the last, never fed) in self.store.
-        The row's tokens are contiguous: columns [width - len(context), width + k - 1)."""
-        contexts, budgets, width = self._chunk
-        ctx = contexts[ci]
-        k = self._turn_len(out_ids, budgets[ci])
-        n_tok = len(ctx) + k - 1
-        if not self.store.wants(n_tok):
+    def _cover(self) -> int:
+        """The smallest bucket holding every occupied slot."""
+        top = max(self._rows, default=0) + 1
+        return next(x for x in self._buckets(self.state.rows) + [self.state.rows] if x >= top)
+
+    def _admit(self, cis: list[int], t: int) -> None:
+        """Prefill contexts `cis` into slots (claimed ones in their own slot from the kept KV on; others into
+        free slots, copying a kept or shared prefix first) and record their first sampled token."""
+        if not cis:
             return
-        a, b = width - len(ctx), width + k - 1
+        st, ctxs = self.state, self._contexts
+        slots, starts, run, copies, followers = self._place(cis, t)
+        copy_prefixes(st, *copies)
+        self.stats["prefill_tokens"] += sum(len(ctxs[ci]) - p for ci, p in zip(run, starts, strict=True))
+        logits = prefill_slots(self.arch, st, self.rope, slots, [ctxs[ci] for ci in run], starts, self.pad_id,
+                               self.prefill_tokens)
+        if followers:
+            copy_prefixes(st, [f for f, _, _ in followers], [lead for _, lead, _ in followers],
+                          [m for _, _, m in followers])
+            pos = {s: j for j, s in enumerate(slots)}
+            logits = torch.cat([logits, logits[torch.tensor([pos[lead] for _, lead, _ in followers],
+                                                            device=self.device)]])
+            slots = slots + [f for f, _, _ in followers]
+            self.stats["shared_rows"] += len(followers)
+        if t > 0:
+            self.stats["admitted_late"] += len(slots)
+        idx = torch.tensor(slots, device=self.device, dtype=torch.long)
+        rows = [self._rows[s] for s in slots]
+        st.lens[idx] = torch.tensor([r.m for r in rows], device=self.device)
+        st.budgets[idx] = torch.tensor([r.budget for r in rows], device=self.device)
+        st.out_ids[idx] = self.pad_id
+        tok, logp = self._sample(logits)
+        st.out_ids[idx, 0] = tok
+        st.out_logps[idx, 0] = logp.float()
+        st.nsamp[idx] = 1
+        st.tokens[idx] = tok
+        stop = (tok[:, None] == self.stop[None, :]).any(dim=1)
+        st.done[idx] = stop | (st.budgets[idx] <= 1)
+
+    def _place(self, cis: list[int], t: int):
+        """Slots for contexts `cis`: (slots to prefill, their kept-prefix lengths, their contexts, prefix copies
+        (dst slots, src slots, lengths), followers [(slot, leader slot, length)] that copy a leader's prefill).
+        Registers each in self._rows; an entry cloned out earlier is copied into its new slot here."""
+        st, ctxs = self.state, self._contexts
+        slots, starts, run, copies, followers = [], [], [], ([], [], []), []
+        leaders: dict[tuple[int, ...], int] = {}
+        for ci in cis:
+            own = ci in self._claim
+            slot = self._claim[ci] if own else self._free.pop(0)
+            if not own:
+                self._evict(slot)
+            key = tuple(ctxs[ci])
+            self._rows[slot] = _Row(ci, t, len(key), self._budgets[ci])
+            if self.share_prompts and not own:
+                if key in leaders:
+                    followers.append((slot, leaders[key], len(key)))
+                    continue
+                leaders[key] = slot
+            p, e = self._reuse.get(ci, (0, None))
+            if t > 0 and isinstance(e, SlotRef):  # its slot may have been reused by now; a clone is safe
+                p, e = 0, None
+            if own:
+                self.stats["kept_in_place"] += 1
+            elif isinstance(e, SlotRef):
+                copies[0].append(slot)
+                copies[1].append(e.slot)
+                copies[2].append(p)
+            elif e is not None:  # an entry cloned out of a slot reused within the last call
+                for li in range(len(self.arch.layers)):
+                    st.k[li][slot, :, :p] = e.k[li][:, :p]
+                    st.v[li][slot, :, :p] = e.v[li][:, :p]
+            self.stats["reused_tokens"] += p
+            slots.append(slot)
+            starts.append(p)
+            run.append(ci)
+        return slots, starts, run, copies, followers
+
+    def _evict(self, slot: int) -> None:
+        """A slot is about to be overwritten: a kept entry of this call there is cloned out first."""
+        got = self._kept_here.pop(slot, None)
+        if got is None:
+            return
+        key, ref = got
+        if self.store.pending.get(key) is ref:
+            st = self.state
+            self.store.pending[key] = Entry([c[slot, :, : ref.n_tokens].clone() for c in st.k],
+                                            [c[slot, :, : ref.n_tokens].clone() for c in st.v])
+            self.stats["cloned_out"] += 1
+
+    def _check(self, t: int, results: dict) -> int:
+        """Host check at step t: harvest finished rows, admit pending requests into free slots, or (none
+        pending) compact live rows into a smaller bucket. Returns the bucket to decode next."""
         st = self.state
-        entry = Entry([c[row, :, a:b].clone() for c in st.k], [c[row, :, a:b].clone() for c in st.v])
-        self.store.put(tuple(ctx) + tuple(out_ids[: k - 1]), entry)
+        occupied = sorted(self._rows)
+        done = st.done[torch.tensor(occupied, device=self.device)].cpu().tolist() if occupied else []
+        finished = [s for s, d in zip(occupied, done, strict=True) if d]
+        self._harvest(finished, results)
+        if self._pending and finished:
+            self._free = sorted(self._free + finished)
+            take = [self._pending.popleft() for _ in range(min(len(self._pending), len(self._free)))]
+            self._admit(take, t)
+            return self._cover()
+        b = self._cover()
+        if self._pending or not self._rows:
+            return b
+        target = next(x for x in self._buckets(st.rows) if x >= len(self._rows))
+        if target >= b:
+            return b
+        return self._compact(target, t)
+
+    def _compact(self, target: int, t: int) -> int:
+        """Move the live rows to slots [0, len(live)) by a permutation of the slots below the current bucket
+        (rows kept this call move with their entries), so the next steps run a `target`-row bucket."""
+        st = self.state
+        b = self._cover()
+        live = sorted(self._rows)
+        kept = sorted(self._kept_here)
+        rest = [s for s in range(b) if s not in self._rows and s not in self._kept_here]
+        perm = live + [s for s in kept if s < b] + rest  # new slot j takes old slot perm[j]
+        width = min(st.length, max(self._fill[:b] + [r.col_bound(t) for r in self._rows.values()]) + 1)
+        idx = torch.tensor(perm, device=self.device, dtype=torch.long)
+        for cache in (*st.k, *st.v):
+            cache[:b, :, :width] = cache[:b, :, :width].index_select(0, idx)
+        for tns in st.small():
+            tns[:b] = tns[:b].index_select(0, idx)
+        new_of = {old: new for new, old in enumerate(perm)}
+        self._rows = {new_of[s]: r for s, r in self._rows.items()}
+        moved = {}
+        for s, (key, ref) in self._kept_here.items():
+            if s < b:
+                ref.slot = new_of[s]
+                s = new_of[s]
+            moved[s] = (key, ref)
+        self._kept_here = moved
+        self._fill[:b] = [self._fill[old] for old in perm]
+        return target
+
+    def _harvest(self, slots: list[int], results: dict) -> None:
+        """Read finished rows' samples; with keep_kv, leave each one's KV in its slot as a kept entry."""
+        if not slots:
+            return
+        st = self.state
+        idx = torch.tensor(slots, dtype=torch.long, device=self.device)
+        ids = st.out_ids.index_select(0, idx).cpu().tolist()
+        lps = st.out_logps.index_select(0, idx).cpu().tolist()
+        for s, i, lp in zip(slots, ids, lps, strict=True):
+            r = self._rows.pop(s)
+            results[r.ci] = (i, lp)
+            k = self._turn_len(i, r.budget)
+            self._fill[s] = r.m + k - 1
+            if self.keep_kv and self.store.wants(r.m + k - 1):
+                key = tuple(self._contexts[r.ci]) + tuple(i[: k - 1])
+                ref = SlotRef(s, r.m + k - 1)
+                self.store.put(key, ref)
+                self._kept_here[s] = (key, ref)
 
     def _turn_len(self, out_ids: list[int], budget: int) -> int:
         """Tokens the turn keeps: up to and including the first stop id, at most `budget`."""
         row = out_ids[:budget]
-        stops = set(self.stop.tolist())
-        end = next((j for j, t in enumerate(row) if t in stops), None)
+        end = next((j for j, t in enumerate(row) if t in self._stops), None)
         return len(row) if end is None else end + 1
-
-    def _maybe_compact(self, b: int, slots: list[int], buckets: list[int], results: dict) -> tuple[int, list[int]]:
-        """Host check: harvest finished rows; move live rows to the front when they fit a smaller bucket."""
-        st = self.state
-        done = st.done[: len(slots)].cpu().tolist()
-        live = [r for r, d in enumerate(done) if not d]
-        if len(live) == len(slots):
-            return b, slots
-        target = next(x for x in buckets if x >= max(len(live), 1))
-        if target >= b and live:
-            return b, slots
-        self._harvest([r for r, d in enumerate(done) if d], slots, results)
-        if not live:
-            return b, []
-        idx = torch.tensor(live, dtype=torch.long, device=self.device)
-        for cache in (*st.k, *st.v):
-            cache[: len(live)] = cache.index_select(0, idx)
-        for t in st.small():
-            if t.dim() >= 1 and t.shape[0] == st.rows:
-                t[: len(live)] = t.index_select(0, idx)
-                t[len(live): target] = t is st.done  # rows past the live ones: empty and done
-        return target, [slots[r] for r in live]
 
     def _to_sample(self, ids: list[int], logps: list[float], budget: int) -> Sample:
         k = self._turn_len(ids, budget)
-        stopped = k > 0 and int(ids[k - 1]) in set(self.stop.tolist())
+        stopped = k > 0 and int(ids[k - 1]) in self._stops
         return Sample(tuple(ids[:k]), tuple(logps[:k]), hit_token_limit=not stopped)
 
 

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Issue 26's GPU figures in one call of at most 9 minutes on an H200: the parts end by DEADLINE_S - 15 s from the
+# start (default 540 s; each part has its own limit, cut to fit), then the summary (limit 30 s, ~10 s). Qwen3-0.6B
+# (the shared config) unless the part says otherwise; every model has random weights, bf16 unless said:
+#   rollout   bench_rollout.py: FastSampler (decode_attention sdpa, then matmul) vs plain generate, batches 64 / 256 /
+#             128 (generate at 128 only): decode-only fraction of the bandwidth bound, end to end vs generate (item 1),
+#             and the bf16 log-prob check rows (item 4, reported)
+#   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
+#   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
+#             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
+#   update    bench_update.py: the default update (RLConfig defaults) vs full logits, bf16, checkpointing off and on,
+#             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) (item 5)
+#   step      bench_step.py: 2 coding-tools train steps (8 x 8, fast sampler, KV kept in place, micro 4), time and peak
+#             (item 3)
+#   rollout_coder05 / rollout_coder15   Qwen2.5-Coder-0.5B / 1.5B (bench/configs/): decode fraction of the bound at
+#             64 / 256 (item 6)
+#   update_coder05 / update_coder15     their default bf16 update's tokens/s (item 6)
+#   step_coder05 / step_coder15         their coding-tools step (8 x 8, bf16): seconds and peak (item 6)
+#   summary   issue26_summary.py: every figure, threshold, ratio and met/short from the parts' JSON
+#
+#   bash bench/run_issue26.sh OUT_DIR
+#
+# OUT_DIR gets log.txt, <part>.txt / <part>.json per part (rows written as they are measured, so a part stopped at its
+# limit keeps the rows it finished) and summary.txt / summary.json (written even when parts fail).
+# Environment: PYTHON (default python3), CONFIG (Qwen3-0.6B config.json or its folder; default: shared/assets beside
+# the checkout), WHEELS (a folder of wheels to install first into a temporary site folder), DEADLINE_S (default 540),
+# PARTS (e.g. "rollout step_coder15": only those parts; the others' files in OUT_DIR are kept and the summary reads
+# them all), EXTRA_LIMIT_S (seconds added to every part's limit; the deadline still applies), SMOKE=1 (the same parts
+# on the CPU with --tiny and small sizes, no deadline: checks the script, measures nothing; ~10 minutes on 2 shared
+# cores), DECODE_ATTENTION (the rollout parts' FastSampler decode_attention values, default "sdpa matmul" for Qwen3
+# and the first of them for the real models).
+set -uo pipefail
+START=$(date +%s)
+DEADLINE=$((START + ${DEADLINE_S:-540}))  # parts end by DEADLINE - 15 s; the summary follows
+ROOT=${1:?usage: bash bench/run_issue26.sh OUT_DIR}
+mkdir -p "$ROOT" && ROOT=$(cd "$ROOT" && pwd) || exit 2
+cd "$(dirname "$0")/.." || exit 2
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+LOG="$ROOT/log.txt"
+ATT=(${DECODE_ATTENTION:-sdpa matmul})
+if [ -n "${PARTS:-}" ]; then echo "=== PARTS=$PARTS $(date -u) ===" >> "$LOG"; else : > "$LOG"; fi
+QWEN3=()
+if [ -n "${CONFIG:-}" ]; then QWEN3=(--config "$CONFIG"); fi
+C05=(--config qwen2.5-coder-0.5b-instruct)
+C15=(--config qwen2.5-coder-1.5b-instruct)
+if [ -n "${WHEELS:-}" ]; then
+  SITE=$(mktemp -d)
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
+    >> "$LOG" 2>&1 || { echo "installing $WHEELS/*.whl failed (see $LOG)"; exit 2; }
+  export PYTHONPATH="$PYTHONPATH:$SITE"
+fi
+# fail in seconds, not after minutes, when the image lacks something the benchmarks import
+if ! "$PY" -c 'import sys; sys.path.insert(0, "bench")
+import torch, transformers, bench_rollout, bench_ragged, bench_update, bench_reuse, bench_step, issue26_summary
+print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "")' 2>&1 | tee -a "$LOG"; then
+  echo "the benchmarks cannot be imported (above); carry the missing wheels and pass WHEELS=DIR"; exit 2
+fi
+rc=0
+part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py, its table as $ROOT/NAME.{txt,json}
+  local name=$1 limit=$(($2 + ${EXTRA_LIMIT_S:-0})) script=$3 tmp status
+  shift 3
+  if [ -n "${PARTS:-}" ] && [[ " $PARTS " != *" $name "* ]]; then return; fi
+  if [ -z "${SMOKE:-}" ]; then  # keep 15 s for the summary after the last part
+    local left=$((DEADLINE - 15 - $(date +%s)))
+    if [ "$left" -lt "$limit" ]; then limit=$left; fi
+    if [ "$limit" -lt 10 ]; then echo "=== $name: skipped (deadline) ===" | tee -a "$LOG"; rc=124; return; fi
+  fi
+  tmp=$(mktemp -d)
+  echo "=== $name: $script.py $* (limit ${limit}s, start $(date -u +%H:%M:%S)) ===" | tee -a "$LOG"
+  OUT="$tmp" timeout -k 5 "$limit" "$PY" "bench/$script.py" "${DEVICE_ARGS[@]}" "$@" >> "$LOG" 2>&1
+  status=$?
+  for ext in txt json; do
+    if [ -f "$tmp/$script.$ext" ]; then mv "$tmp/$script.$ext" "$ROOT/$name.$ext"; fi
+  done
+  rm -rf "$tmp"
+  echo "=== $name: exit $status (end $(date -u +%H:%M:%S)) ===" | tee -a "$LOG"
+  if [ "$status" -ne 0 ]; then rc=$status; tail -n 15 "$LOG"; fi
+}
+if [ -n "${SMOKE:-}" ]; then
+  DEVICE_ARGS=(--device cpu --tiny)
+  ROLL=(--batches 3 5 --ctx 40 --steps 6 --repeats 1)
+  part rollout 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --decode-attention "${ATT[@]}"
+  part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
+  part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
+  part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
+    --length 64 --prompt 16 --segment 8 --extra-rows bf16:on:200
+  part step 600 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 1 --micro 2 --prompts 2 --group 3
+  for m in coder05 coder15; do
+    if [ $m = coder05 ]; then C=("${C05[@]}"); else C=("${C15[@]}"); fi
+    part rollout_$m 300 bench_rollout "${C[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention "${ATT[0]}"
+    part update_$m 300 bench_update "${C[@]}" --dtypes bf16 --gc off --methods packed --rows 8 --group 4 --length 64 \
+      --prompt 16 --segment 8
+    part step_$m 600 bench_step "${C[@]}" --envs coding-tools --dtypes bf16 --steps 1 --micro 2 --prompts 2 --group 3
+  done
+else
+  DEVICE_ARGS=(--device cuda)
+  # limits: estimates from the issue-15 H200 runs (results/bench/issue15_h200_2026-12-01*): rollout ~35 s per
+  # attention at 128 steps, update ~40 s per (dtype, gc) pair of methods, 2 coding-tools steps + setup ~45 s
+  part rollout 75 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
+    --decode-attention "${ATT[@]}"
+  part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
+  part ragged 45 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
+  part update 85 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --extra-rows bf16:on:32768
+  part step 55 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
+  part rollout_coder05 30 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
+    --decode-attention "${ATT[0]}"
+  part rollout_coder15 35 bench_rollout "${C15[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
+    --decode-attention "${ATT[0]}"
+  part update_coder05 35 bench_update "${C05[@]}" --dtypes bf16 --gc off --methods packed
+  part update_coder15 40 bench_update "${C15[@]}" --dtypes bf16 --gc off --methods packed
+  part step_coder05 45 bench_step "${C05[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
+  part step_coder15 50 bench_step "${C15[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
+fi
+echo "=== tables ==="
+for f in "$ROOT"/*.txt; do
+  case $(basename "$f") in log.txt|summary.txt) ;; *) cat "$f";; esac
+done
+echo "=== summary ===" | tee -a "$LOG"
+timeout -k 5 30 "$PY" bench/issue26_summary.py "$ROOT" 2>&1 | tee -a "$LOG"
+exit $rc

@@ -1,0 +1,236 @@
+"""The model side of the fast sampler: a Llama-family decoder's modules, the slot KV cache, and prefill into slots.
+
+Not the decode loop or its scheduling (agentrl.rollout.fast_sampler) and not decode attention
+(agentrl.rollout.decode_attention). The cache is a set of slots (rows), each holding one sequence's KV
+left-aligned: token i of the row's sequence sits in column i, so a column is also the token's position id.
+A row's `lens` is how many columns hold its KV; a decode step writes its fed token at column `lens` and
+advances it. Slots are independent: a finished row's KV stays where it is (kept for the episode's next turn,
+which then prefills only its appended ids in the same slot), and a free slot can be prefilled for a new
+request while the other rows go on decoding (continuous batching).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_SUPPORTED = ("qwen3", "qwen2", "llama")
+
+
+@dataclass
+class Arch:
+    """The pieces of a Llama-family causal LM the decode loop calls (the model's own modules)."""
+
+    embed: Any
+    layers: list
+    norm: Any
+    head: Any
+    inv_freq: torch.Tensor  # [D/2] float32
+    rope_scale: float
+    n_heads: int
+    n_kv: int
+    head_dim: int
+    scaling: float
+    vocab: int
+
+
+def arch_of(model: Any) -> Arch:
+    """Check the model is a supported decoder and collect its modules.
+
+    Raises:
+        ValueError: unsupported model type, sliding-window layers, non-default RoPE, or logit post-processing.
+    """
+    cfg = model.config
+    mtype = getattr(cfg, "model_type", "?")
+    if mtype not in _SUPPORTED:
+        raise ValueError(f"FastSampler: model_type {mtype!r} is not supported (expected one of {_SUPPORTED}); "
+                         "use agentrl.rollout.hf_sampler.sample_turns")
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        raise ValueError(f"FastSampler: {mtype} with sliding-window layers is not supported")
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ValueError(f"FastSampler: only default RoPE is supported, got {rope}")
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(model, "logit_scale", None) is not None:
+        raise ValueError("FastSampler: logit soft-capping / scaling is not supported")
+    trunk = model.get_decoder()
+    rot = trunk.rotary_emb
+    attn = trunk.layers[0].self_attn
+    return Arch(
+        embed=trunk.embed_tokens, layers=list(trunk.layers), norm=trunk.norm, head=model.get_output_embeddings(),
+        inv_freq=rot.inv_freq.float(), rope_scale=float(getattr(rot, "attention_scaling", 1.0)),
+        n_heads=cfg.num_attention_heads, n_kv=cfg.num_key_value_heads, head_dim=attn.head_dim,
+        scaling=float(attn.scaling), vocab=int(model.get_output_embeddings().weight.shape[0]),
+    )
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def qkv(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int):
+    """x [b, L, H] -> q [b, nh, L, D], k/v [b, nkv, L, D], RoPE applied (HF apply_rotary_pos_emb);
+    cos/sin broadcast against [b, heads, L, D]."""
+    b, length = x.shape[:2]
+    q = attn.q_proj(x).view(b, length, -1, head_dim)
+    k = attn.k_proj(x).view(b, length, -1, head_dim)
+    if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over the head dim before RoPE
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    v = attn.v_proj(x).view(b, length, -1, head_dim).transpose(1, 2)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+
+def rope_tables(arch: Arch, positions: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) [positions, D] in `dtype`, as HF's rotary embedding computes them."""
+    pos = torch.arange(positions, device=device, dtype=torch.float32)
+    freqs = pos[:, None] * arch.inv_freq.to(device)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * arch.rope_scale).to(dtype), (emb.sin() * arch.rope_scale).to(dtype)
+
+
+class SlotState:
+    """Static buffers of the decode loop: per-layer KV slots [R, nkv, L, D] and per-row state.
+
+    Per row r (slot): lens [R] long (columns holding the row's KV; the next fed token goes to column lens[r],
+    which is also its position id), tokens [R] long (the last sampled token, fed next), budgets [R] long (tokens
+    to sample this turn), nsamp [R] long (tokens sampled so far), done [R] bool, out_ids [R, S + 1] long and
+    out_logps [R, S + 1] float32 (the turn's samples; index nsamp[r] is where the next one goes; a done row
+    writes its padding to the spare last index). cols [L] long is arange(L) (key masks). Views `[:b]` of these
+    buffers are what a bucket-b CUDA graph reads and writes, so every bucket shares the one allocation.
+    """
+
+    def __init__(self, arch: Arch, rows: int, length: int, steps: int, dtype, device):
+        shape = (rows, arch.n_kv, length, arch.head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in arch.layers]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in arch.layers]
+        self.rows, self.length, self.steps = rows, length, steps
+        z = dict(device=device, dtype=torch.long)
+        self.cols = torch.arange(length, **z)
+        self.lens = torch.zeros(rows, **z)
+        self.tokens = torch.zeros(rows, **z)
+        self.budgets = torch.ones(rows, **z)
+        self.nsamp = torch.zeros(rows, **z)
+        self.done = torch.ones(rows, dtype=torch.bool, device=device)
+        self.out_ids = torch.zeros(rows, steps + 1, **z)
+        self.out_logps = torch.zeros(rows, steps + 1, dtype=torch.float32, device=device)
+
+    def small(self) -> list[torch.Tensor]:
+        """Every per-row buffer (snapshotted around graph warm-up, permuted by compaction)."""
+        return [self.lens, self.tokens, self.budgets, self.nsamp, self.done, self.out_ids, self.out_logps]
+
+    def grown(self, arch: Arch, rows: int, length: int, steps: int) -> SlotState:
+        """A larger state (at least this one's sizes) holding this one's KV and per-row buffers in the same
+        slots and columns; this one's KV is released layer by layer as it is copied (peak: the new cache plus
+        one old layer)."""
+        rows, length, steps = max(rows, self.rows), max(length, self.length), max(steps, self.steps)
+        new = SlotState.__new__(SlotState)
+        new.rows, new.length, new.steps = rows, length, steps
+        shape = (rows, arch.n_kv, length, arch.head_dim)
+        for name in ("k", "v"):
+            old, out = getattr(self, name), []
+            for i in range(len(old)):
+                t = torch.zeros(shape, dtype=old[i].dtype, device=old[i].device)
+                t[: self.rows, :, : self.length] = old[i]
+                old[i] = None  # release as we go
+                out.append(t)
+            setattr(new, name, out)
+        dev = self.lens.device
+        new.cols = torch.arange(length, device=dev, dtype=torch.long)
+        for name in ("lens", "tokens", "nsamp"):
+            t = torch.zeros(rows, device=dev, dtype=torch.long)
+            t[: self.rows] = getattr(self, name)
+            setattr(new, name, t)
+        new.budgets = torch.ones(rows, device=dev, dtype=torch.long)
+        new.done = torch.ones(rows, device=dev, dtype=torch.bool)
+        new.out_ids = torch.zeros(rows, steps + 1, device=dev, dtype=torch.long)
+        new.out_logps = torch.zeros(rows, steps + 1, device=dev, dtype=torch.float32)
+        return new
+
+
+def prefill_slots(arch: Arch, st: SlotState, rope: tuple[torch.Tensor, torch.Tensor], slots: list[int],
+                  contexts: list[list[int]], starts: list[int], pad_id: int, prefill_tokens: int) -> torch.Tensor:
+    """Prefill `contexts` into cache rows `slots`, left-aligned (token i in column i); row i's columns
+    [0, starts[i]) already hold the KV of contexts[i][:starts[i]] (kept in place or copied there), so only its
+    tokens from starts[i] on are run. Returns [n, V] logits of each context's last token (model dtype).
+
+    The queries of row i are its remaining tokens (columns starts[i] .. len - 1), padded to the longest
+    remainder S; a pad query writes its KV to a scratch column past the widest context and its output is
+    dropped. Each query attends to the row's columns up to its own. Rows run `per` at a time so that at most
+    about `prefill_tokens` queries (and prefill_tokens * 2048 query-key pairs) are alive.
+    """
+    dev = st.lens.device
+    n = len(contexts)
+    lens = [len(c) for c in contexts]
+    rest = [m - p for m, p in zip(lens, starts, strict=True)]
+    width, window = max(lens), max(rest)
+    per = max(1, min(prefill_tokens // window, prefill_tokens * 2048 // (window * (width + 1))))
+    out = []
+    for r0 in range(0, n, per):
+        r1 = min(n, r0 + per)
+        ids = torch.full((r1 - r0, window), pad_id, dtype=torch.long)
+        for i in range(r0, r1):
+            ids[i - r0, : rest[i]] = torch.tensor(contexts[i][starts[i]:], dtype=torch.long)
+        out.append(_prefill_rows(arch, st, rope, slots[r0:r1], ids.to(dev), starts[r0:r1], rest[r0:r1], width))
+    return torch.cat(out)
+
+
+def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.Tensor, starts: list[int],
+                  rest: list[int], width: int) -> torch.Tensor:
+    """One forward of `prefill_slots`: ids [b, S] (each row's remaining tokens, padded) -> [b, V] logits."""
+    dev = ids.device
+    b, window = ids.shape
+    contiguous = slots == list(range(slots[0], slots[0] + b))
+    idx = torch.tensor(slots, device=dev, dtype=torch.long)
+    start = torch.tensor(starts, device=dev, dtype=torch.long)
+    n_q = torch.tensor(rest, device=dev, dtype=torch.long)
+    j = torch.arange(window, device=dev)
+    qvalid = j[None, :] < n_q[:, None]  # [b, S]
+    qcol = start[:, None] + j[None, :]  # column (= position) of each query
+    wcol = torch.where(qvalid, qcol, torch.full_like(qcol, width))  # pad queries write the scratch column
+    qpos = qcol.clamp(max=width - 1)
+    cos, sin = rope[0][qpos][:, None], rope[1][qpos][:, None]  # [b, 1, S, D]
+    kcol = torch.arange(width + 1, device=dev)
+    att = (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)  # [b, S, W + 1]
+    widx = wcol[:, None, :, None].expand(b, arch.n_kv, window, arch.head_dim)
+    g = arch.n_heads // arch.n_kv
+    h = arch.embed(ids)
+    for li, layer in enumerate(arch.layers):
+        a = layer.self_attn
+        q, k, v = qkv(a, layer.input_layernorm(h), cos, sin, arch.head_dim)
+        if contiguous:  # views: written in place
+            kc = st.k[li][slots[0]: slots[0] + b, :, : width + 1]
+            vc = st.v[li][slots[0]: slots[0] + b, :, : width + 1]
+        else:  # gathered rows, written back below
+            kc = st.k[li][:, :, : width + 1].index_select(0, idx)
+            vc = st.v[li][:, :, : width + 1].index_select(0, idx)
+        kc.scatter_(2, widx, k)
+        vc.scatter_(2, widx, v)
+        o = F.scaled_dot_product_attention(q, kc.repeat_interleave(g, 1), vc.repeat_interleave(g, 1),
+                                           attn_mask=att[:, None], scale=arch.scaling)
+        if not contiguous:
+            st.k[li][:, :, : width + 1].index_copy_(0, idx, kc)
+            st.v[li][:, :, : width + 1].index_copy_(0, idx, vc)
+        h = h + a.o_proj(o.transpose(1, 2).reshape(b, window, -1))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    last = h[torch.arange(b, device=dev), n_q - 1]  # [b, H]: each row's last real token
+    return arch.head(arch.norm(last))
+
+
+def copy_prefixes(st: SlotState, dst: list[int], src: list[int], lengths: list[int]) -> None:
+    """Copy columns [0, lengths[i]) of slot src[i] into slot dst[i] (all sources read before any write, so a
+    slot may be both). The KV of a shared prompt (a GRPO group's leader row) or of a kept entry whose slot
+    another context extends."""
+    if not dst:
+        return
+    dev = st.lens.device
+    width = max(lengths)
+    d = torch.tensor(dst, device=dev, dtype=torch.long)
+    s = torch.tensor(src, device=dev, dtype=torch.long)
+    keep = (torch.arange(width, device=dev)[None, :] < torch.tensor(lengths, device=dev)[:, None])[:, None, :, None]
+    for cache in (*st.k, *st.v):
+        rows = cache[:, :, :width]
+        rows.index_copy_(0, d, torch.where(keep, rows.index_select(0, s), rows.index_select(0, d)))
