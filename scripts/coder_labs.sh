@@ -40,7 +40,7 @@ left() { echo $(( DEADLINE - $(date +%s) > 1 ? DEADLINE - $(date +%s) : 1 )); }
 sft() {  # sft SEED ENV OUT [extra args]: 192 expert episodes, 2 epochs, lr 2e-5
   local seed=$1 env=$2 out=$3
   shift 3
-  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env "$env" --n-tasks 192 --epochs 2 --lr 2e-5 --batch 16 \
+  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env "$env" --n-tasks 192 --epochs 2 --lr 2e-5 --batch 16 --gradient-checkpointing \
     --micro 8 --max-tokens 16384 --seed "$seed" --device "$DEVICE" --out "$out" "$@"
 }
 
@@ -127,7 +127,7 @@ run_trl_mbpp() {  # TRL drives the loop; the environment owns the reward; bf16 f
 
 run_opencode() {  # the black box: expert rows through opencode itself, then async GRPO, opencode per episode
   local seed=$1 d=$2
-  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env coding-tools --agent opencode --random-op \
+  timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env coding-tools --agent opencode --random-op --gradient-checkpointing \
     --families "$WRITEUP" --n-tasks "${OC_SFT_TASKS:-64}" --epochs 2 --lr 2e-5 --batch 16 --micro 4 --max-tokens 8192 \
     --dtype bf16 --seed "$seed" --device "$DEVICE" --out "$d/sft" &&
     grpo "$seed" "$d/sft" coding-tools "$d/rl" --agent opencode --async-rollouts --max-staleness 1 \

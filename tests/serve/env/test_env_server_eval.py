@@ -62,3 +62,39 @@ def test_models_without_env_url_is_refused(capsys):
 
     assert main(["eval", "--models", "a", "b"]) == 2
     assert "--models needs --env-url" in capsys.readouterr().err
+
+
+def test_a_missing_model_path_is_refused_before_any_rollout(tmp_path, monkeypatch):
+    """A typo in the last of several models used to surface only after the first ones' rollouts (on an H200:
+    257 MBPP episodes of a 1.5B model, then 'model path does not exist' and nothing written)."""
+    import agentrl.serve.env.eval as ev
+    from agentrl.rl.config import RLConfig
+    from agentrl.serve.env.app import BackgroundServer, EnvServerConfig
+
+    monkeypatch.setattr(ev, "_rollouts", lambda *a, **k: pytest.fail("rolled out before checking the models"))
+    cfg = RLConfig.from_flat(out=str(tmp_path / "ev"), device="cpu")
+    with BackgroundServer(EnvServerConfig(env="python-session", train_size=2, eval_size=2, port=0)) as url:
+        with pytest.raises(FileNotFoundError, match=r"'\./no-such-run'.*'/no/such/model'"):
+            ev.eval_served(cfg, url, ["tiny-qwen3", "./no-such-run", "/no/such/model"])
+
+
+def test_scores_of_finished_models_survive_a_later_failure(tmp_path, monkeypatch):
+    import agentrl.serve.env.eval as ev
+    from agentrl.rl.config import RLConfig
+    from agentrl.serve.env.app import BackgroundServer, EnvServerConfig
+
+    real = ev._rollouts
+
+    def rollouts(cfg, url, env_name, model_name, tasks, concurrency):
+        if model_name == "second":
+            raise RuntimeError("CUDA out of memory")
+        return real(cfg, url, env_name, "tiny-qwen3", tasks, concurrency)
+
+    monkeypatch.setattr(ev, "_rollouts", rollouts)
+    cfg = RLConfig.from_flat(out=str(tmp_path / "ev"), device="cpu", eval_n=1, max_new_tokens=8)
+    with BackgroundServer(EnvServerConfig(env="python-session", train_size=2, eval_size=2, port=0)) as url:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            ev.eval_served(cfg, url, ["first", "second"])
+    partial = json.loads((tmp_path / "ev" / "served_eval.json").read_text())
+    assert partial["complete"] is False and [m["model"] for m in partial["models"]] == ["first"]
+    assert sum(partial["models"][0]["end_reasons"].values()) == 2

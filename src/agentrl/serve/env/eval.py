@@ -165,23 +165,46 @@ def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) ->
     specs = fetch_tasks(url, "heldout")[: cfg.eval.size or None]
     if not specs:
         raise ValueError(f"{url}: the held-out split is empty")
+    check_model_paths(models)
     tasks = [stub_task(s) for s in specs]
     ids = [t.id for t in tasks]
-    scores = [_score(m, _rollouts(cfg, url, env_name, m, tasks, concurrency), ids) for m in models]
+    head = {"env_url": url, "env": env_name, "tasks": ids, "eval_n": cfg.eval.n, "alpha": cfg.eval.alpha,
+            "n_boot": cfg.eval.n_boot, "seed": cfg.run.seed}
+    path = Path(cfg.run.out) / "served_eval.json"
+    scores: list[ModelScore] = []
+    for m in models:  # each model's score is on disk before the next one loads: a later failure loses none
+        scores.append(_score(m, _rollouts(cfg, url, env_name, m, tasks, concurrency), ids))
+        if len(scores) < len(models):
+            _write_json(path, head | {"complete": False, "models": [s.to_dict() for s in scores]})
     common = score_models(scores, n_boot=cfg.eval.n_boot, alpha=cfg.eval.alpha, seed=cfg.run.seed)
     table = render_table(scores, len(common), cfg.eval.n, cfg.eval.alpha)
     print(table)
-    result = {"env_url": url, "env": env_name, "tasks": ids, "compared_tasks": common, "eval_n": cfg.eval.n,
-              "alpha": cfg.eval.alpha, "n_boot": cfg.eval.n_boot, "seed": cfg.run.seed,
-              "models": [s.to_dict() for s in scores]}
-    out = Path(cfg.run.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "served_eval.json"
+    result = head | {"complete": True, "compared_tasks": common, "models": [s.to_dict() for s in scores]}
+    _write_json(path, result)
+    print(f"results: {path}")
+    return result
+
+
+def check_model_paths(models: list[str]) -> None:
+    """Refuse, before any model is loaded, a list naming a model path that does not exist (every one named).
+
+    A name written as a path (starting with `/`, `.` or `~`) must exist; other names (presets, converted
+    models, HF ids) are resolved by the loader. Scoring several models takes minutes per model, so a
+    typo in the last one must not cost the first ones' rollouts.
+
+    Raises:
+        FileNotFoundError: one or more model paths are missing.
+    """
+    missing = [m for m in models if str(m).startswith(("/", ".", "~")) and not Path(m).expanduser().exists()]
+    if missing:
+        raise FileNotFoundError("model path(s) that do not exist: " + ", ".join(repr(m) for m in missing))
+
+
+def _write_json(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2, default=_json_default))
     tmp.replace(path)
-    print(f"results: {path}")
-    return result
 
 
 def _json_default(o: Any) -> Any:
