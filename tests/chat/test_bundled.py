@@ -83,14 +83,14 @@ def test_a_template_without_tools_is_refused_with_the_fix(tok):
 
 
 def test_resolution_by_name_jinja_path_and_tokenizer_config(tmp_path):
-    assert set(BUNDLED) == {"chatml-tools"}
+    assert set(BUNDLED) == {"chatml-tools", "qwen2.5-tools"}
     src = bundled_template("chatml-tools").source
     (tmp_path / "t.jinja").write_text(src)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": src}))
     for ref in ("chatml-tools", str(tmp_path / "t.jinja"), str(tmp_path / "tokenizer_config.json")):
         t = resolve_chat_template(ref)
         assert t.source == src and len(t.sha256) == 64 and t.describe()["source"] == src
-    with pytest.raises(ValueError, match="expected one of chatml-tools"):
+    with pytest.raises(ValueError, match="expected one of chatml-tools, qwen2.5-tools"):
         resolve_chat_template("hermes")
     with pytest.raises(FileNotFoundError, match="no such file"):
         resolve_chat_template(str(tmp_path / "missing.jinja"))
@@ -105,3 +105,17 @@ def test_the_template_travels_with_a_saved_tokenizer(tok, tmp_path):
     again = AutoTokenizer.from_pretrained(str(tmp_path))
     assert again.chat_template == bundled_template("chatml-tools").source
     assert_tito_consistent(again, obs_for(SCHEMA_SETS["python-session"]))
+
+
+@pytest.mark.parametrize("schemas", list(SCHEMA_SETS), ids=list(SCHEMA_SETS))
+def test_qwen25_tools_passes_the_start_up_check_and_shows_a_single_brace_call(schemas):
+    """qwen2.5-tools: Qwen2.5-Instruct's template. Its instruction shows the call as JSON a model can copy
+    (Qwen2.5-Coder's own shows `{{"name": ...}}`, which the raw Coder models copy as bad JSON)."""
+    t = AutoTokenizer.from_pretrained(str(resolve_asset("qwen3-tokenizer")))
+    apply_chat_template(t, "qwen2.5-tools")
+    fmt = assert_tito_consistent(t, obs_for(SCHEMA_SETS[schemas]))
+    assert fmt.eot_text == "<|im_end|>"
+    text = render_text(t, [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+                       SCHEMA_SETS[schemas], add_generation_prompt=True)
+    example = text.split("XML tags:\n<tool_call>\n")[1].split("\n</tool_call>")[0]
+    assert example == '{"name": <function-name>, "arguments": <args-json-object>}'

@@ -4,6 +4,13 @@ Not rendering (agentrl.chat.template) and not the start-up check (agentrl.chat.t
 replaced template exactly as it checks a model's own). A model whose template knows no tools
 (SmolLM2's ChatML, most base-model chat templates) gets the bundled "chatml-tools" template: ChatML
 with Hermes / Qwen2.5-style `<tool_call>` JSON, the format agentrl.chat.parse reads.
+
+"qwen2.5-tools" is Qwen2.5-Instruct's own template. Qwen2.5-Coder-Instruct ships the same template with
+one difference: its tool instruction shows the call as `{{"name": <function-name>, ...}}` (doubled
+braces, printed literally), and the raw Coder models copy it. On the H200, raw Qwen2.5-Coder-1.5B-Instruct
+on MBPP (python-session) wrote 2.5 tool calls per episode of which 1.5 were `{{...}}` bad JSON
+(results/coder/README.md); `--chat-template qwen2.5-tools` renders the single-brace instruction and is
+also a template TRL's GRPOTrainer recognises.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-BUNDLED = {"chatml-tools": "chatml-tools.jinja"}
+BUNDLED = {"chatml-tools": "chatml-tools.jinja", "qwen2.5-tools": "qwen2.5-tools.jinja"}
 
 
 @dataclass(frozen=True)
