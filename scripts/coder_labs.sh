@@ -18,6 +18,7 @@
 # Knobs (environment): MODEL, SEEDS (space-separated, default "0"), DEVICE (default cuda), PY, STEPS (default 40),
 # TRAIN_S (seconds of GRPO steps per run: `train --max-train-s`, the evaluation after still runs; default 300),
 # DEADLINE (epoch seconds by which every command must have ended; a killed `train` still writes its results),
+# PARALLEL (runs at a time, default 3; the next named run starts when one ends),
 # TRL_S (seconds of TRL training steps, default TRAIN_S), OC_SFT_TASKS (opencode expert episodes, default 64),
 # TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU).
 set -uo pipefail
@@ -135,8 +136,10 @@ run_opencode() {  # the black box: expert rows through opencode itself, then asy
       --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240
 }
 
+PARALLEL=${PARALLEL:-3}  # runs at a time on the one GPU (three 1.5B runs did not fit an H200; two do)
 for seed in $SEEDS; do
   for run in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n; done
     d=$ROOT/$run-s$seed
     mkdir -p "$d"
     case $run in
