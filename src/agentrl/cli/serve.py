@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve", help="serve an environment over OpenEnv's protocol (HTTP + WebSocket sessions)",
         description="An OpenEnv-compatible environment server (OpenEnv's own app): OpenEnv's EnvClient, TRL's "
         "environment_factory (agentrl.integrations.trl.remote_trl_env_class) and `agentrl eval --env-url` talk "
-        "to it. One environment and sandbox session per WebSocket session; SIGTERM drains and exits.")
+        "to it. One environment (with its own sandbox workers) per WebSocket session; SIGTERM drains and exits.")
     tasks, server = p.add_argument_group("tasks and environment"), p.add_argument_group("server")
     tasks.add_argument("--env", default=d.env, help=f"environment registry name: edit-menu, coding-tools, python-session, wordle, ... (default {d.env})")
     tasks.add_argument("--tasks", default="", help="task source: bugfix | mbpp | humaneval | wordle | a task JSONL "

@@ -198,7 +198,7 @@ class AgentrlTRLEnv:
 
     def __del__(self) -> None:
         # A finalizer does no network I/O and starts no thread: an environment that would (RemoteEnv)
-        # offers release(); a local one is closed (its sandbox session's processes are stopped).
+        # offers release(); a local one is closed (its sandbox worker processes are stopped).
         try:
             env = self.__dict__.get("_env")
             if env is not None:

@@ -7,8 +7,8 @@ server on 127.0.0.1), or an existing one named by RAY_ADDRESS (then Ray's own ne
 - `RaySandbox` has the grading surface of agentrl.sandbox.Sandbox that environments use (`run_tests`,
   `run_tests_batch`, `run`), each call executed by one of N `GraderActor`s, each owning its own
   Sandbox (its own warm pool and limits) in its own process, wherever Ray put it. So hidden-test
-  grading and tool runs scale past one process and host. Persistent `run_python` sessions (the
-  python-session env) are stateful and stay in a local Sandbox.
+  grading and tool runs scale past one process and host. Persistent `run_python` workers
+  (`Sandbox.session()`, the python-session env) are stateful and stay in a local Sandbox.
 - `RolloutWorkerActor` runs agentrl.scale.workers' worker loop inside a Ray actor (a GPU each when the
   cluster has them), so `--rollout-workers N --worker-launcher ray` places generation through Ray
   while weights still travel over torch.distributed (NCCL/gloo), as verl does.

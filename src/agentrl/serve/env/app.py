@@ -30,7 +30,7 @@ class EnvServerConfig:
         host, port: where to listen (loopback by default).
         max_concurrent_envs: open sessions at most; the next one is refused with OpenEnv's
             CAPACITY_REACHED error naming the limit.
-        session_timeout_s: a session idle this long is closed (its sandbox session too); None: never.
+        session_timeout_s: a session idle this long is closed (its environment and sandbox workers too); None: never.
         drain_timeout_s: on SIGTERM/SIGINT, how long in-flight requests may finish before the rest are cut.
         max_message_bytes: largest WebSocket message accepted; a larger one closes that connection only.
         env_kwargs: extra constructor arguments of the environment (tests, custom setups).

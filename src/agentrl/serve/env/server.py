@@ -2,7 +2,7 @@
 
 Built on `openenv.core.env_server.create_app` with typed Action / Observation / State
 (agentrl.serve.env.types), so OpenEnv's `EnvClient` (and any OpenEnv-speaking trainer) talks to
-it unchanged: WebSocket `/ws` sessions (one environment instance and its own sandbox session each),
+it unchanged: WebSocket `/ws` sessions (one environment instance each, with its own sandbox workers),
 HTTP `/reset`, `/step`, `/state`, `/schema`, `/health`, `/metadata`, and OpenEnv's task API
 (`/{env}/splits`, `/{env}/tasks`, ...). Not the client (serve/env/client.py), not the CLI.
 
@@ -166,7 +166,7 @@ def observation_from_step(res: StepResult, task_id: str, env: Env) -> AgentrlObs
 
 
 class AgentrlEnvironment(Environment[AgentrlAction, AgentrlObservation, AgentrlState]):
-    """One OpenEnv session over one agentrl environment (its own sandbox session).
+    """One OpenEnv session over one agentrl environment of its own (and that environment's sandbox workers).
 
     `reset(seed=None, episode_id=None, task_id=None, split=None, index=None)` starts an episode on the
     chosen task (TaskCatalog.pick); `step(action)` runs one turn. Protocol breaks raise
@@ -291,7 +291,7 @@ class AgentrlEnvironment(Environment[AgentrlAction, AgentrlObservation, AgentrlS
                                    version=_version())
 
     def close(self) -> None:
-        """Close the environment and its sandbox session; later requests get EpisodeProtocolError."""
+        """Close the environment (and its sandbox workers); later requests get EpisodeProtocolError."""
         if self._closed:
             return
         self._closed = True
@@ -344,7 +344,7 @@ class SessionRegistry:
     """The live sessions of one server (weakly held) and its drain state.
 
     A drain (SIGTERM) refuses new sessions and new requests, waits for the requests in flight to
-    finish, and lets the server close every sandbox session afterwards.
+    finish, and lets the server close every session's environment afterwards.
     """
 
     def __init__(self) -> None:
