@@ -137,8 +137,11 @@ def eval_curve(log_history: list[dict]) -> dict[str, Any]:
     step-to-step noise of the training reward, as the write-up's noise analysis reports them."""
     from agentrl.eval.noise import step_noise, trend
 
-    points = sorted({int(h["step"]): float(h["eval_reward"]) for h in log_history if "eval_reward" in h}.items())
-    train = [float(v) for h in log_history for k, v in h.items() if k.startswith("rewards/") and k.endswith("/mean")]
+    def num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    points = sorted({int(h["step"]): float(h["eval_reward"]) for h in log_history if num(h.get("eval_reward"))}.items())
+    train = [float(h["reward"]) for h in log_history if num(h.get("reward"))]  # TRL's summed reward per step
     out: dict[str, Any] = {"points": [{"step": s, "eval_reward": r} for s, r in points],
                            "train_reward": train}
     if len(points) >= 3:

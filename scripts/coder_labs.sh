@@ -20,7 +20,9 @@
 # DEADLINE (epoch seconds by which every command must have ended; a killed `train` still writes its results),
 # PARALLEL (runs at a time, default 3; the next named run starts when one ends),
 # TRL_S (seconds of TRL training steps, default TRAIN_S), OC_SFT_TASKS (opencode expert episodes, default 64),
-# TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU).
+# TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU), TRL_TRAIN / TRL_EVAL
+# (TRL's training problems and fixed eval set, default 170 / 64), MBPP_EVAL_SIZE (the one-pass scoring, default 257),
+# TRL_WARM (auto | 0 | 1, below).
 set -uo pipefail
 ROOT=${1:?usage: coder_labs.sh OUT_ROOT RUN...}
 shift
@@ -110,10 +112,11 @@ run_trl_mbpp() {  # TRL drives the loop; the environment owns the reward; bf16 f
   fi
   ptrain=$(( 8100 + seed * 2 )); peval=$(( 8101 + seed * 2 ))
   pa=$(serve "$ptrain" "$d/serve-train.log" --env python-session --tasks mbpp --max-concurrent-envs 160) || return
-  pb=$(serve "$peval" "$d/serve-eval.log" --env python-session --tasks mbpp --eval-size 257 --max-concurrent-envs 160) \
+  pb=$(serve "$peval" "$d/serve-eval.log" --env python-session --tasks mbpp --eval-size "${MBPP_EVAL_SIZE:-257}" \
+    --max-concurrent-envs 160) \
     || { kill "$pa"; return 1; }
   timeout "$(left)" "$PY" examples/trl_openenv_whitebox.py --model "$start" --env-url "http://127.0.0.1:$ptrain" \
-    --seed "$seed" --eval-first --eval-steps "${TRL_EVAL_STEPS:-3}" --max-train-s "${TRL_S:-$TRAIN_S}" --per-device-eval-batch-size 64 \
+    --seed "$seed" --dataset-size "${TRL_TRAIN:-170}" --eval-size "${TRL_EVAL:-64}" --eval-first --eval-steps "${TRL_EVAL_STEPS:-3}" --max-train-s "${TRL_S:-$TRAIN_S}" --per-device-eval-batch-size 64 \
     --per-device-train-batch-size 4 --gradient-accumulation-steps 4 \
     --max-completion-length "${TRL_COMPLETION:-1024}" --learning-rate "${TRL_LR:-1e-6}" ${TRL_FLAGS---bf16} --output-dir "$d/trl"
   local models=("$base")

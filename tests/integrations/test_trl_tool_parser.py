@@ -8,6 +8,8 @@ template"); its calls are the same ChatML `<tool_call>` JSON, which the fallback
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 pytest.importorskip("trl")
@@ -27,7 +29,11 @@ def _coder_template() -> str:
 
 
 def _tokenizer(template: str):
-    tok = qwen3_tokenizer()
+    """A private copy: the loader caches tokenizers, and GRPOTrainer (other tests) sets a parser on its own."""
+    tok = copy.deepcopy(qwen3_tokenizer())
+    for attr in ("response_template", "response_schema"):
+        if getattr(tok, attr, None) is not None:
+            setattr(tok, attr, None)
     tok.chat_template = template
     return tok
 

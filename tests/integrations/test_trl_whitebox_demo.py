@@ -8,6 +8,7 @@ client, the server, the sandbox and the hidden-test rewards are all real.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -68,6 +69,24 @@ def test_whitebox_demo_mbpp_two_steps_with_fixed_eval(tmp_path):
     evals = [h for h in logs if "eval_reward" in h]
     assert len(evals) == 1 and evals[0]["eval_reward"] == pytest.approx(0.5)  # reference on one of two problems
     assert evals[0]["eval_tools/call_frequency"] == pytest.approx(1.0)
+    curve = json.loads((tmp_path / "curve.json").read_text())  # the fixed eval set's points; no trend from one
+    assert curve["points"] == [{"step": 2, "eval_reward": pytest.approx(0.5)}] and "trend" not in curve
+    assert curve["train_reward"] == [pytest.approx(0.5)] * 2
+
+
+def test_eval_curve_trend_from_a_log_history():
+    """curve.json's numbers from TRL's log history: eval points in step order, OLS trend, t = slope / stderr;
+    entries TRL logs as None (env_stats scores nothing) are skipped."""
+    history = [{"step": 0, "eval_reward": 0.50}, {"step": 1, "reward": 0.2, "rewards/env_stats/mean": None},
+               {"step": 4, "eval_reward": 0.55}, {"step": 8, "eval_reward": 0.58}, {"step": 12, "eval_reward": 0.65},
+               {"step": 2, "reward": 0.6}, {"step": 3, "reward": 0.1}]
+    curve = _example().eval_curve(history)
+    assert [p["step"] for p in curve["points"]] == [0, 4, 8, 12]
+    t = curve["trend"]
+    assert t["first"] == 0.50 and t["last"] == 0.65 and t["n"] == 4
+    assert t["slope_per_step"] == pytest.approx(0.012)  # OLS by hand: Sxy 0.96 / Sxx 80
+    assert t["rise"] == pytest.approx(0.012 * 12) and t["t"] > 5
+    assert curve["train_reward"] == [0.2, 0.6, 0.1] and curve["train_step_noise"] > 0
 
 
 @pytest.mark.slow
