@@ -150,8 +150,41 @@ def read_parser_config_file(parser: Any, path: str | Path) -> dict[str, Any]:
             close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; see `agentrl {parser.prog.split()[-1]} --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
-        values[name] = value
+        values[name] = _flag_value(parser, name, value, f"--config {path}: {key}")
     return values
+
+
+def _flag_value(parser: Any, dest: str, value: Any, where: str) -> Any:
+    """`value` (a config file's, for the flag of `parser` storing to `dest`) checked and converted as the
+    flag would be on the command line: its `type` (positive counts, numbers, true/false) and `choices`; a
+    switch (`--random-op`) takes true or false; null only where the flag's default is null. argparse itself
+    never checks a default, so without this a file's `episodes: -3` or `split: both` would run.
+
+    Raises: ValueError: `where` and what the flag expects."""
+    import argparse
+
+    actions = [a for a in parser._actions if a.dest == dest and a.option_strings]
+    action = next((a for a in actions if a.nargs != 0), actions[0])
+    if value is None:
+        if parser.get_default(dest) is None:
+            return None
+        raise ValueError(f"{where}: expected a value, got null")
+    if action.nargs == 0:  # store_true / store_false switches
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{where}: expected a single value, got {value!r}")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    try:
+        converted = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+        why = str(e) if isinstance(e, argparse.ArgumentTypeError) or "expected" in str(e) else (
+            f"expected {getattr(action.type, '__name__', 'a value')}, got {value!r}")
+        raise ValueError(f"{where}: {why}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise ValueError(f"{where}: expected one of {', '.join(map(repr, action.choices))}, got {value!r}")
+    return converted
 
 
 def add_parser_config_flags(parser: Any) -> None:
