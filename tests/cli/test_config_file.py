@@ -48,3 +48,37 @@ def test_file_values_are_converted_as_flags_are(tmp_path, capsys):
     out = capsys.readouterr().out
     for line in ("n_tasks: 7", "lr: 0.0003", "random_op: true", "thinking: true", "max_turns: null"):
         assert line in out.splitlines()
+
+
+@pytest.mark.parametrize("command, text, expected", [
+    ("train", "steps: 3\nlr: 0.1\nsteps: 5", "not valid YAML (key 'steps' given twice (line 3))"),
+    ("train", "sampling:\n  temperature: 1\n  temperature: 2", "not valid YAML (key 'temperature' given twice (line 3))"),
+    ("train", "lr: 0.1\nupdate:\n  lr: 0.2", "'lr' given twice (as 'lr' and 'update.lr'); keep one"),
+    ("train", "lr: 0.1\nlearning_rate: 0.2", "'lr' given twice (as 'lr' and 'learning_rate'); keep one"),
+    ("train", "max_new_tokens: 1\nmax-new-tokens: 2",
+     "'max_new_tokens' given twice (as 'max_new_tokens' and 'max-new-tokens'); keep one"),
+    ("eval", "eval_n: 1\neval:\n  n: 2", "'eval_n' given twice (as 'eval_n' and 'eval.n'); keep one"),
+    ("sft", "max_turns: 1\nmax-turns: 2", "'max_turns' given twice (as 'max_turns' and 'max-turns'); keep one"),
+    ("smoke", "seed: 1\nseed: 2", "not valid YAML (key 'seed' given twice (line 2))"),
+])
+def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(command, text, expected, tmp_path, capsys):
+    """A repeated key (PyYAML keeps the last), or one setting under two spellings (flat and in its section,
+    dashed and underscored, TRL's alias): an error naming both, not whichever came last."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    line = _error(capsys, [command, "--config", str(path), "--print-config"])
+    assert line == f"agentrl {command}: error: --config {path}: {expected}"
+
+
+def test_the_nested_form_still_reads_back(tmp_path, capsys):
+    """RLConfig.to_dict()'s section tree, as YAML, is the same config as the flat file."""
+    import yaml
+
+    from agentrl.rl.config import RLConfig
+
+    path = tmp_path / "tree.yaml"
+    path.write_text(yaml.safe_dump(RLConfig.from_preset("demo", lr=0.003).to_dict()))
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    tree = capsys.readouterr().out
+    assert main(["train", "--preset", "demo", "--lr", "0.003", "--print-config"]) == 0
+    assert tree == capsys.readouterr().out

@@ -37,6 +37,27 @@ def config_path(argv: list[str]) -> str | None:
     return value
 
 
+def _load_unique_keys(text: str) -> Any:
+    """yaml.safe_load of `text`, but a mapping key given twice is a yaml.YAMLError naming it and its line
+    (PyYAML itself keeps the last value silently, so `steps: 3` ... `steps: 5` would run 5 steps unsaid)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=Loader)
+
+
 def _load_mapping(path: str | Path) -> dict[Any, Any]:
     """The YAML mapping in file `path` (an empty file is {}).
 
@@ -50,7 +71,7 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = _load_unique_keys(p.read_text()) or {}
     except yaml.YAMLError as e:
         raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -58,26 +79,35 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     return data
 
 
-def _flatten(data: dict[Any, Any], path: str | Path) -> dict[Any, Any]:
-    """`data` with each section mapping (`policy: {model: x}`) replaced by its fields' flat names (`model: x`).
+def _flatten(data: dict[Any, Any], path: str | Path) -> list[tuple[str, Any, Any]]:
+    """`data` as (key as written, key, value) triples, each section mapping (`policy: {model: x}`) replaced by
+    its fields under their flat names (`("policy.model", "model", "x")`).
 
     Raises: ValueError: a key of a section mapping that is not one of the section's fields."""
     from agentrl.rl.config import FLAT, SECTIONS
 
     names = {(s, a): n for n, (s, a) in FLAT.items()}
-    out: dict[Any, Any] = {}
+    out: list[tuple[str, Any, Any]] = []
     for key, value in data.items():
         section = str(key).replace("-", "_")
         if section not in SECTIONS or not isinstance(value, dict):
-            out[key] = value
+            out.append((str(key), key, value))
             continue
         for k, v in value.items():
             if (section, str(k).replace("-", "_")) not in names:
                 fields = sorted(a for s, a in names if s == section)
                 raise ValueError(f"--config {path}: unknown key {k!r} in section {section!r}; expected one of "
                                  f"{', '.join(fields)}")
-            out[names[section, str(k).replace("-", "_")]] = v
+            out.append((f"{key}.{k}", names[section, str(k).replace("-", "_")], v))
     return out
+
+
+def _once(seen: dict[str, str], name: str, written: str, path: str | Path) -> None:
+    """Record that setting `name` was given as `written`; ValueError when it was already given (under another
+    spelling: dashed and underscored, TRL's alias, or flat and in its section), which would keep one silently."""
+    if name in seen:
+        raise ValueError(f"--config {path}: {name!r} given twice (as {seen[name]!r} and {written!r}); keep one")
+    seen[name] = written
 
 
 def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -87,23 +117,25 @@ def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close flat names).
+        ValueError: not YAML, not a mapping, an unknown key (named, with RLConfig's close flat names), or a
+            setting given twice (a repeated key, or two spellings of one setting).
     """
     from agentrl.cli.flags import ALIASES
     from agentrl.rl.config import FLAT
 
-    data = _flatten(_load_mapping(path), path)
     fields = list(FLAT)
     # TRL's names are keys too (learning_rate: 1e-5 is lr), as they are flags
     aliases = {a[2:].replace("-", "_"): name for name, names in ALIASES.items() for a in names}
-    values = {}
-    for key, value in data.items():
+    values: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for written, key, value in _flatten(_load_mapping(path), path):
         name = aliases.get(str(key).replace("-", "_"), str(key).replace("-", "_"))
         if name not in fields:
             close = difflib.get_close_matches(name, fields + list(aliases), n=3, cutoff=0.6)
             named = [c if c in fields else f"{c} (= {aliases[c]})" for c in close]
             hint = f"; did you mean {', '.join(named)}?" if close else "; see `agentrl train --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
+        _once(seen, name, written, path)
         if name not in ignore:
             values[name] = value
     return values
@@ -138,18 +170,20 @@ def read_parser_config_file(parser: Any, path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, or a key that is none of the command's flags (named, with the
-            close ones).
+        ValueError: not YAML, not a mapping, a key that is none of the command's flags (named, with the
+            close ones), a value its flag would refuse, or a setting given twice.
     """
     data = _load_mapping(path)
     names = parser_settings(parser)
-    values = {}
+    values: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in names:
             close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; see `agentrl {parser.prog.split()[-1]} --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
+        _once(seen, name, str(key), path)
         values[name] = _flag_value(parser, name, value, f"--config {path}: {key}")
     return values
 
