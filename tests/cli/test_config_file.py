@@ -82,3 +82,36 @@ def test_the_nested_form_still_reads_back(tmp_path, capsys):
     tree = capsys.readouterr().out
     assert main(["train", "--preset", "demo", "--lr", "0.003", "--print-config"]) == 0
     assert tree == capsys.readouterr().out
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"steps: [1\n", "not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
+    (b"steps: 3\n  lr: 2\n", "not valid YAML (mapping values are not allowed here at line 2, column 5)"),
+    (b"\xff\xfe steps: 3\n", "not UTF-8 text (invalid start byte at byte 0)"),
+])
+def test_a_file_that_does_not_parse_says_what_and_where(data, expected, tmp_path, capsys):
+    """The YAML error's problem and line (it printed only "while parsing a flow sequence"); a file that is
+    not UTF-8 names the file (it printed only the codec's message)."""
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    for command in ("train", "smoke"):
+        line = _error(capsys, [command, "--config", str(path), "--print-config"])
+        assert line == f"agentrl {command}: error: --config {path}: {expected}"
+
+
+def test_a_directory_or_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
+    """A directory is not "no such file"; a file that cannot be read (PermissionError, which neither the
+    parser nor `main` caught) is one line, not a traceback."""
+    from pathlib import Path
+
+    assert _error(capsys, ["train", "--config", str(tmp_path), "--print-config"]) == (
+        f"agentrl train: error: --config {tmp_path}: is a directory; expected a YAML file")
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 3\n")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert _error(capsys, ["sft", "--config", str(path), "--print-config"]) == (
+        f"agentrl sft: error: --config {path}: cannot be read (Permission denied)")

@@ -63,17 +63,28 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, or not a mapping.
+        ValueError: a directory, unreadable, not UTF-8, not YAML (what and where), or not a mapping.
     """
     import yaml
 
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise ValueError(f"--config {path}: is a directory; expected a YAML file")
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        data = _load_unique_keys(p.read_text()) or {}
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--config {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot be read ({e.strerror or e})") from None
+    try:
+        data = _load_unique_keys(text) or {}
     except yaml.YAMLError as e:
-        raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"--config {path}: not valid YAML ({what}{where})") from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
     return data
