@@ -99,6 +99,33 @@ def test_resolution_by_name_jinja_path_and_tokenizer_config(tmp_path):
         resolve_chat_template(str(tmp_path / "empty.jinja"))
 
 
+def test_unusable_template_files_are_one_line_errors_naming_the_file(tmp_path):
+    """A --chat-template file that is not UTF-8, JSON that does not parse, or JSON that is not an object:
+    a ValueError naming the file (never a UnicodeDecodeError/AttributeError traceback)."""
+    cases = {"bin.jinja": b"\xff\xfe{{ x }}", "bad.json": b"{bad", "list.json": b"[1, 2]",
+             "str.json": b'"{{ x }}"'}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=f"--chat-template '.*{name}'"):
+            resolve_chat_template(str(tmp_path / name))
+
+
+@pytest.mark.parametrize("source, match", [
+    ("{{ bad jinja %}", "cannot render: TemplateSyntaxError at line 1"),
+    ("{% for m in messages %}{{ m.content }}", "cannot render: TemplateSyntaxError"),
+    ("{{ raise_exception('no tools here') }}", "cannot render: TemplateError.*no tools here"),
+    ("hello", "does not render an assistant message's content"),
+    ("{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}",
+     "does not render an assistant message's content"),
+])
+def test_a_template_that_cannot_render_a_turn_is_a_value_error(tok, source, match):
+    """Templates that do not compile, raise while rendering, or drop the assistant's content: a ValueError
+    the CLI prints as one line (they were a Jinja traceback or an IndexError in turn_format)."""
+    tok.chat_template = source
+    with pytest.raises(ValueError, match=match):
+        assert_tito_consistent(tok, obs_for(SCHEMA_SETS["wordle"]))
+
+
 def test_the_template_travels_with_a_saved_tokenizer(tok, tmp_path):
     """Checkpoints and SFT outputs save the tokenizer: a reload renders with the same template."""
     tok.save_pretrained(tmp_path)

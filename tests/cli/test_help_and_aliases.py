@@ -171,3 +171,14 @@ def test_every_command_groups_its_flags(command, groups, capsys):
     assert titles == ["options", *groups]
     options = text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
     assert "-h, --help" in options and options.count("\n  --") == 0  # every flag sits in its group
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "sft", "smoke"])
+def test_chat_template_help_names_every_bundled_template(command, capsys):
+    """--chat-template's help lists the bundled names from BUNDLED (it named chatml-tools only after
+    qwen2.5-tools was bundled)."""
+    from agentrl.chat.bundled import BUNDLED
+
+    text = " ".join(_help(capsys, command).split())
+    part = text.split("--chat-template CHAT_TEMPLATE Chat template", 1)[1].split(" --", 1)[0]
+    assert all(name in part for name in BUNDLED), part

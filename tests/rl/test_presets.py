@@ -30,6 +30,19 @@ def test_only_seed_out_and_resume_keep_the_demo():
     assert _cfg(["--seed", "1", "--steps", "2"]) == RLConfig.from_flat(seed=1, steps=2)  # any other flag: plain defaults
 
 
+def test_print_config_prints_what_the_same_command_runs(capsys):
+    """`agentrl train --print-config` is the demo that `agentrl train` runs (it printed the plain defaults,
+    and a file written from it ran a different config than `agentrl train`)."""
+    for argv in ([], ["--seed", "2"]):
+        assert main(["train", *argv, "--print-config"]) == 0
+        printed = capsys.readouterr().out
+        assert main(["train", *argv, "--preset", "demo", "--print-config"]) == 0
+        assert printed == capsys.readouterr().out
+        assert "preset: demo" in printed.splitlines() and "model: demo-qwen3" in printed.splitlines()
+    assert main(["train", "--steps", "2", "--print-config"]) == 0  # any other flag: the plain defaults
+    assert "preset: ''" in capsys.readouterr().out.splitlines()
+
+
 def test_flags_without_preset_keep_the_plain_defaults():
     """An explicit user (`--model X --env Y`) gets no warm start unless asking for it."""
     cfg = _cfg(["--env", "coding-tools", "--seed", "3"])

@@ -21,3 +21,10 @@ def test_eval_families_hold_out_families_never_trained_on():
 def test_eval_families_apply_to_bugfix_only():
     with pytest.raises(ValueError, match="--eval-families applies to --tasks bugfix only"):
         task_sets("wordle", eval_families="minmax")
+
+
+@pytest.mark.parametrize("kw, flag", [({"eval_size": -1}, "--eval-size"), ({"train_size": -3}, "--train-size")])
+def test_a_negative_size_is_refused_not_sliced(kw, flag):
+    """A negative size was a slice: `agentrl serve --eval-size -1` served every held-out task but the last."""
+    with pytest.raises(ValueError, match=f"{flag}: expected an integer >= 0"):
+        task_sets("bugfix", **kw)

@@ -62,8 +62,8 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
     (its "chat_template" string).
 
     Raises:
-        FileNotFoundError: a path that does not exist; ValueError: unknown name, empty template, or a
-        JSON file without a string "chat_template".
+        FileNotFoundError: a path that does not exist; ValueError: unknown name, empty template, a file
+        that is not UTF-8, or a JSON file that does not parse or has no string "chat_template".
     """
     if name_or_path in BUNDLED:
         return bundled_template(name_or_path)
@@ -72,11 +72,18 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
         if p.suffix or "/" in name_or_path:
             raise FileNotFoundError(f"--chat-template {name_or_path!r}: no such file")
         return bundled_template(name_or_path)  # raises naming the bundled ones
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--chat-template {str(p)!r}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if p.suffix == ".json":
         import json
 
-        tpl = json.loads(text).get("chat_template")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--chat-template {str(p)!r}: not valid JSON ({e})") from None
+        tpl = data.get("chat_template") if isinstance(data, dict) else None
         if not isinstance(tpl, str):
             raise ValueError(f"--chat-template {str(p)!r}: JSON file without a string 'chat_template'")
         text = tpl

@@ -62,16 +62,26 @@ def render_text(
     """Render messages (and tool schemas) to text with the tokenizer's chat template.
 
     Raises:
-        ValueError: no chat template (see `chat_template_of`).
+        ValueError: no chat template (see `chat_template_of`), or the template does not compile or fails
+            while rendering (a Jinja error: its kind, line and message, one line).
     """
+    from jinja2.exceptions import TemplateError
+
     chat_template_of(tokenizer)
-    return tokenizer.apply_chat_template(
-        messages,
-        tools=tools or None,
-        add_generation_prompt=add_generation_prompt,
-        tokenize=False,
-        **template_kwargs(tokenizer, enable_thinking),
-    )
+    try:
+        return tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **template_kwargs(tokenizer, enable_thinking),
+        )
+    except TemplateError as e:
+        line = getattr(e, "lineno", None)
+        where = f" at line {line}" if line else ""
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise ValueError(f"chat template of {name!r} (its own, or --chat-template's) cannot render: "
+                         f"{type(e).__name__}{where}: {e}") from None
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

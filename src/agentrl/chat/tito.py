@@ -51,10 +51,15 @@ def turn_format(tokenizer: Any, *, enable_thinking: bool = False) -> TurnFormat:
     """Read the end-of-turn marker and the assistant header off the template.
 
     Raises:
-        ValueError: the template does not close an assistant turn with a special token.
+        ValueError: the template does not render an assistant message's content, or does not close an
+            assistant turn with a special token.
     """
     user = [{"role": "user", "content": "x"}]
     closed = render_text(tokenizer, user + [{"role": "assistant", "content": _MARK}], None, add_generation_prompt=False)
+    if _MARK not in closed:
+        raise ValueError("chat template does not render an assistant message's content (a user + assistant "
+                         f"conversation renders as {closed[:120]!r}); pass a chat template that does, e.g. "
+                         "--chat-template chatml-tools")
     after = closed.split(_MARK, 1)[1]
     special = sorted(tokenizer.all_special_tokens + list(tokenizer.get_added_vocab()), key=len, reverse=True)
     eot = next((s for s in special if s and after.startswith(s)), None)

@@ -37,47 +37,88 @@ def config_path(argv: list[str]) -> str | None:
     return value
 
 
+def _load_unique_keys(text: str) -> Any:
+    """yaml.safe_load of `text`, but a mapping key given twice is a yaml.YAMLError naming it and its line
+    (PyYAML itself keeps the last value silently, so `steps: 3` ... `steps: 5` would run 5 steps unsaid)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=Loader)
+
+
 def _load_mapping(path: str | Path) -> dict[Any, Any]:
     """The YAML mapping in file `path` (an empty file is {}).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, or not a mapping.
+        ValueError: a directory, unreadable, not UTF-8, not YAML (what and where), or not a mapping.
     """
     import yaml
 
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise ValueError(f"--config {path}: is a directory; expected a YAML file")
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--config {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot be read ({e.strerror or e})") from None
+    try:
+        data = _load_unique_keys(text) or {}
     except yaml.YAMLError as e:
-        raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"--config {path}: not valid YAML ({what}{where})") from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
     return data
 
 
-def _flatten(data: dict[Any, Any], path: str | Path) -> dict[Any, Any]:
-    """`data` with each section mapping (`policy: {model: x}`) replaced by its fields' flat names (`model: x`).
+def _flatten(data: dict[Any, Any], path: str | Path) -> list[tuple[str, Any, Any]]:
+    """`data` as (key as written, key, value) triples, each section mapping (`policy: {model: x}`) replaced by
+    its fields under their flat names (`("policy.model", "model", "x")`).
 
     Raises: ValueError: a key of a section mapping that is not one of the section's fields."""
     from agentrl.rl.config import FLAT, SECTIONS
 
     names = {(s, a): n for n, (s, a) in FLAT.items()}
-    out: dict[Any, Any] = {}
+    out: list[tuple[str, Any, Any]] = []
     for key, value in data.items():
         section = str(key).replace("-", "_")
         if section not in SECTIONS or not isinstance(value, dict):
-            out[key] = value
+            out.append((str(key), key, value))
             continue
         for k, v in value.items():
             if (section, str(k).replace("-", "_")) not in names:
                 fields = sorted(a for s, a in names if s == section)
                 raise ValueError(f"--config {path}: unknown key {k!r} in section {section!r}; expected one of "
                                  f"{', '.join(fields)}")
-            out[names[section, str(k).replace("-", "_")]] = v
+            out.append((f"{key}.{k}", names[section, str(k).replace("-", "_")], v))
     return out
+
+
+def _once(seen: dict[str, str], name: str, written: str, path: str | Path) -> None:
+    """Record that setting `name` was given as `written`; ValueError when it was already given (under another
+    spelling: dashed and underscored, TRL's alias, or flat and in its section), which would keep one silently."""
+    if name in seen:
+        raise ValueError(f"--config {path}: {name!r} given twice (as {seen[name]!r} and {written!r}); keep one")
+    seen[name] = written
 
 
 def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -87,23 +128,25 @@ def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, or an unknown key (named, with RLConfig's close flat names).
+        ValueError: not YAML, not a mapping, an unknown key (named, with RLConfig's close flat names), or a
+            setting given twice (a repeated key, or two spellings of one setting).
     """
     from agentrl.cli.flags import ALIASES
     from agentrl.rl.config import FLAT
 
-    data = _flatten(_load_mapping(path), path)
     fields = list(FLAT)
     # TRL's names are keys too (learning_rate: 1e-5 is lr), as they are flags
     aliases = {a[2:].replace("-", "_"): name for name, names in ALIASES.items() for a in names}
-    values = {}
-    for key, value in data.items():
+    values: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for written, key, value in _flatten(_load_mapping(path), path):
         name = aliases.get(str(key).replace("-", "_"), str(key).replace("-", "_"))
         if name not in fields:
             close = difflib.get_close_matches(name, fields + list(aliases), n=3, cutoff=0.6)
             named = [c if c in fields else f"{c} (= {aliases[c]})" for c in close]
             hint = f"; did you mean {', '.join(named)}?" if close else "; see `agentrl train --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
+        _once(seen, name, written, path)
         if name not in ignore:
             values[name] = value
     return values
@@ -138,20 +181,55 @@ def read_parser_config_file(parser: Any, path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, or a key that is none of the command's flags (named, with the
-            close ones).
+        ValueError: not YAML, not a mapping, a key that is none of the command's flags (named, with the
+            close ones), a value its flag would refuse, or a setting given twice.
     """
     data = _load_mapping(path)
     names = parser_settings(parser)
-    values = {}
+    values: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in names:
             close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; see `agentrl {parser.prog.split()[-1]} --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
-        values[name] = value
+        _once(seen, name, str(key), path)
+        values[name] = _flag_value(parser, name, value, f"--config {path}: {key}")
     return values
+
+
+def _flag_value(parser: Any, dest: str, value: Any, where: str) -> Any:
+    """`value` (a config file's, for the flag of `parser` storing to `dest`) checked and converted as the
+    flag would be on the command line: its `type` (positive counts, numbers, true/false) and `choices`; a
+    switch (`--random-op`) takes true or false; null only where the flag's default is null. argparse itself
+    never checks a default, so without this a file's `episodes: -3` or `split: both` would run.
+
+    Raises: ValueError: `where` and what the flag expects."""
+    import argparse
+
+    actions = [a for a in parser._actions if a.dest == dest and a.option_strings]
+    action = next((a for a in actions if a.nargs != 0), actions[0])
+    if value is None:
+        if parser.get_default(dest) is None:
+            return None
+        raise ValueError(f"{where}: expected a value, got null")
+    if action.nargs == 0:  # store_true / store_false switches
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{where}: expected a single value, got {value!r}")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    try:
+        converted = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+        why = str(e) if isinstance(e, argparse.ArgumentTypeError) or "expected" in str(e) else (
+            f"expected {getattr(action.type, '__name__', 'a value')}, got {value!r}")
+        raise ValueError(f"{where}: {why}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise ValueError(f"{where}: expected one of {', '.join(map(repr, action.choices))}, got {value!r}")
+    return converted
 
 
 def add_parser_config_flags(parser: Any) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import typing
 from typing import Any, Literal
 
+from agentrl.chat.bundled import BUNDLED
 from agentrl.cli.args import AgentrlParser
 from agentrl.models.dtypes import DTYPE_HELP
 from agentrl.models.policy import PolicyConfig
@@ -149,7 +150,7 @@ POLICY_FLAGS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PolicyC
 NEUTRAL_POLICY_HELP: dict[str, str] = {
     "dtype": DTYPE_HELP,
     "chat_template": "Chat template replacing the model's own, for templates without tool support: a bundled name "
-                     "(chatml-tools) or a .jinja path (empty = the model's own).",
+                     f"({' | '.join(BUNDLED)}) or a .jinja path (empty = the model's own).",
 }
 
 

@@ -9,6 +9,7 @@ import argparse
 from dataclasses import fields, replace
 from typing import Any
 
+from agentrl.chat.bundled import BUNDLED
 from agentrl.cli.args import positive_int
 from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags, policy_from_args
@@ -39,7 +40,7 @@ def register(subparsers: Any) -> None:
     tasks.add_argument("--env", default=d.env, help="environment whose expert plays (default edit-menu)")
     add_policy_flags(model, d.policy, only=("model", "tokenizer", "chat_template", "dtype", "device", "thinking"), help={
         "dtype": DTYPE_HELP + " Weights stay fp32; bf16 runs forward/backward under autocast.",
-        "chat_template": "Chat template replacing the model's own: chatml-tools (bundled, tool calling) or a .jinja "
+        "chat_template": f"Chat template replacing the model's own: {' | '.join(BUNDLED)} (bundled, tool calling) or a .jinja "
                          "path; saved with the output model.",
         "thinking": "Template thinking mode, as train --thinking."})
     tasks.add_argument("--tasks", default=d.tasks,

@@ -22,8 +22,8 @@ def register(subparsers: Any) -> None:
         usage="%(prog)s [--preset NAME] [--config FILE.yaml] [--model MODEL] [--env ENV] [--out DIR] [options]",
         description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume): --preset demo "
         "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 3 minutes on 2 CPU "
-        "cores). Other flags without --preset start from the plain defaults shown below; `--preset demo --help` "
-        "shows the preset's.",
+        "cores; `--print-config` prints it). Other flags without --preset start from the plain defaults shown below; "
+        "`--preset demo --help` shows the preset's.",
     )
     add_rlconfig_flags(p)
     add_config_flags(p)
@@ -32,13 +32,15 @@ def register(subparsers: Any) -> None:
 
 
 # flags that say where and with which seed a run goes, not what it trains: with only these, `agentrl train`
-# is still the demo (`agentrl train --seed 1 --out runs/s1`, as results/README.md measures it)
-WHERE_FLAGS = ("--seed", "--out", "--resume", "--no-resume")
+# is still the demo (`agentrl train --seed 1 --out runs/s1`, as results/README.md measures it); and
+# --print-config, which prints what the same command without it would run
+WHERE_FLAGS = ("--seed", "--out", "--resume", "--no-resume", "--print-config")
 
 
 def preset_defaults(argv: list[str]) -> dict[str, Any]:
     """The defaults `agentrl train ARGV` starts from: the values of `--preset NAME` (agentrl.rl.config.PRESETS),
-    "demo" when ARGV is empty or holds only WHERE_FLAGS, else none ({}: RLConfig's own defaults). An unknown
+    "demo" when ARGV is empty or holds only WHERE_FLAGS (so `train --print-config` prints the demo that
+    `train` runs), else none ({}: RLConfig's own defaults). An unknown
     name gives {} here and argparse's "invalid choice" error when the flag is parsed."""
     from agentrl.rl.config import PRESETS
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.chat.bundled import BUNDLED
 from agentrl.models.dtypes import DTYPE_HELP, DTYPES, dtype_arg
 
 
@@ -44,7 +45,7 @@ class PolicyConfig:
                                           "'qwen2.5-coder-1.5b-instruct' (`agentrl assets fetch NAME`).")
     tokenizer: str = flag_field("", "Tokenizer path if it is not beside the model (empty = the model's own).")
     chat_template: str = flag_field("", "Chat template replacing the model's own, for templates without tool "
-                                        "support: a bundled name (chatml-tools) or a .jinja path (empty = the "
+                                        f"support: a bundled name ({' | '.join(BUNDLED)}) or a .jinja path (empty = the "
                                         "model's own). Saved with checkpoints, so a trained model reloads with it.")
     dtype: str = flag_field("fp32", DTYPE_HELP + " Training refuses fp16 (no loss scaling); eval takes it.", DTYPES,
                             dtype_arg)

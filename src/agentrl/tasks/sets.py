@@ -69,9 +69,13 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
             reward counts only the tests the model was not shown).
 
     Raises:
-        ValueError: unknown source or family, families given for a dataset, an empty set.
+        ValueError: unknown source or family, families given for a dataset, an empty set, a negative size
+            (a slice would have kept all but the last tasks).
         FileNotFoundError: a dataset or task file that cannot be found.
     """
+    for flag, size in (("--train-size", train_size), ("--eval-size", eval_size)):
+        if size < 0:
+            raise ValueError(f"{flag}: expected an integer >= 0 (0: the source's default), got {size}")
     fams = [f.strip() for f in families.split(",") if f.strip()] or None
     eval_fams = [f.strip() for f in eval_families.split(",") if f.strip()] or None
     for flag, given in (("--families", fams), ("--eval-families", eval_fams)):

@@ -254,3 +254,20 @@ def test_sigterm_drains_in_flight_step_and_exits_zero(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"port": -1}, "port must be in"), ({"eval_size": -1}, "eval_size must be >= 0"),
+    ({"train_size": -2}, "train_size must be >= 0"), ({"max_turns": 0}, "max_turns must be >= 1"),
+])
+def test_run_server_checks_its_config_before_it_probes_the_port(kw, match, monkeypatch):
+    """`agentrl serve --port -1` said "--host '127.0.0.1': not an address of this machine" (the port probe ran
+    first); `--eval-size -1` served all held-out tasks but the last."""
+    from agentrl.serve.env import app
+
+    def never(cfg):
+        raise AssertionError(f"the server was built with {kw}")
+
+    monkeypatch.setattr(app, "build_app", never)  # a config that gets this far would start serving
+    with pytest.raises(ValueError, match=match):
+        app.run_server(EnvServerConfig(**{"port": 0, **kw}))

@@ -65,6 +65,11 @@ class EnvServerConfig:
             raise ValueError(f"session_timeout_s must be > 0 (or None), got {self.session_timeout_s}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        for name in ("train_size", "eval_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: the source's default), got {getattr(self, name)}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.drain_timeout_s < 0 or self.max_message_bytes < 1024:
             raise ValueError("drain_timeout_s must be >= 0 and max_message_bytes >= 1024")
 
@@ -290,10 +295,12 @@ def run_server(cfg: EnvServerConfig, *, ready: Any = None) -> int:
         ready: optional callable run once the socket listens, with the bound (host, port).
 
     Raises:
-        ValueError: `cfg.port` is already in use on `cfg.host` (checked before the environment is built).
+        ValueError: an invalid `cfg` (EnvServerConfig.validate), or `cfg.port` already in use on `cfg.host`
+            (both checked before the environment is built).
     """
     from agentrl.preflight import check_port_free
 
+    cfg.validate()  # before the port probe: `--port -1` is a bad port, not a bad --host
     check_port_free(cfg.host, cfg.port)
     served = build_app(cfg)
     server = _ReadyServer(_uvicorn_config(cfg, served.app), ready, served.registry, cfg.drain_timeout_s)

@@ -1,0 +1,117 @@
+"""`--config FILE.yaml` (agentrl.cli.config_file): a file's values are checked as the same flags would be on
+the command line, and a bad one is one line (exit 2) naming the file and the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.cli import main
+
+
+def _error(capsys, argv):
+    """The last stderr line of `agentrl ARGV`, which must exit 2."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("command, text, expected", [
+    ("smoke", "episodes: -3", "episodes: expected an integer >= 1, got -3"),
+    ("smoke", "episodes: [1, 2]", "episodes: expected a single value, got [1, 2]"),
+    ("smoke", "max_new_tokens: 2.5", "max_new_tokens: expected an integer >= 1, got '2.5'"),
+    ("smoke", "seed: abc", "seed: expected int, got 'abc'"),
+    ("smoke", "seed: null", "seed: expected a value, got null"),
+    ("smoke", "thinking: maybe", "thinking: expected true or false, got 'maybe'"),
+    ("sft", "split: both", "split: expected one of 'train', 'heldout', got 'both'"),
+    ("sft", "random_op: maybe", "random_op: expected true or false, got 'maybe'"),
+    ("sft", "random-op: 1", "random-op: expected true or false, got 1"),
+    ("sft", "agent: claude", "agent: expected one of '', 'opencode', got 'claude'"),
+    ("sft", "n_tasks: 0", "n_tasks: expected an integer >= 1, got 0"),
+    ("sft", "lr: {a: 1}", "lr: expected a single value, got {'a': 1}"),
+])
+def test_a_file_value_the_flag_would_refuse_is_one_line(command, text, expected, tmp_path, capsys):
+    """argparse checks neither the type nor the choices of a default, and the file's values are defaults:
+    each is checked as its flag is (it used to print, and run, as given)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    line = _error(capsys, [command, "--config", str(path), "--print-config"])
+    assert line == f"agentrl {command}: error: --config {path}: {expected}"
+
+
+def test_file_values_are_converted_as_flags_are(tmp_path, capsys):
+    """What the flag would take, the file takes: numbers as strings, booleans, and null where the default
+    is null (sft's --max-turns, --families)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("n_tasks: '7'\nlr: 3e-4\nrandom_op: true\nthinking: true\nmax_turns: null\nfamilies: null\n")
+    assert main(["sft", "--config", str(path), "--print-config"]) == 0
+    out = capsys.readouterr().out
+    for line in ("n_tasks: 7", "lr: 0.0003", "random_op: true", "thinking: true", "max_turns: null"):
+        assert line in out.splitlines()
+
+
+@pytest.mark.parametrize("command, text, expected", [
+    ("train", "steps: 3\nlr: 0.1\nsteps: 5", "not valid YAML (key 'steps' given twice (line 3))"),
+    ("train", "sampling:\n  temperature: 1\n  temperature: 2", "not valid YAML (key 'temperature' given twice (line 3))"),
+    ("train", "lr: 0.1\nupdate:\n  lr: 0.2", "'lr' given twice (as 'lr' and 'update.lr'); keep one"),
+    ("train", "lr: 0.1\nlearning_rate: 0.2", "'lr' given twice (as 'lr' and 'learning_rate'); keep one"),
+    ("train", "max_new_tokens: 1\nmax-new-tokens: 2",
+     "'max_new_tokens' given twice (as 'max_new_tokens' and 'max-new-tokens'); keep one"),
+    ("eval", "eval_n: 1\neval:\n  n: 2", "'eval_n' given twice (as 'eval_n' and 'eval.n'); keep one"),
+    ("sft", "max_turns: 1\nmax-turns: 2", "'max_turns' given twice (as 'max_turns' and 'max-turns'); keep one"),
+    ("smoke", "seed: 1\nseed: 2", "not valid YAML (key 'seed' given twice (line 2))"),
+])
+def test_a_setting_given_twice_is_one_line_not_the_last_one_silently(command, text, expected, tmp_path, capsys):
+    """A repeated key (PyYAML keeps the last), or one setting under two spellings (flat and in its section,
+    dashed and underscored, TRL's alias): an error naming both, not whichever came last."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    line = _error(capsys, [command, "--config", str(path), "--print-config"])
+    assert line == f"agentrl {command}: error: --config {path}: {expected}"
+
+
+def test_the_nested_form_still_reads_back(tmp_path, capsys):
+    """RLConfig.to_dict()'s section tree, as YAML, is the same config as the flat file."""
+    import yaml
+
+    from agentrl.rl.config import RLConfig
+
+    path = tmp_path / "tree.yaml"
+    path.write_text(yaml.safe_dump(RLConfig.from_preset("demo", lr=0.003).to_dict()))
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    tree = capsys.readouterr().out
+    assert main(["train", "--preset", "demo", "--lr", "0.003", "--print-config"]) == 0
+    assert tree == capsys.readouterr().out
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"steps: [1\n", "not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
+    (b"steps: 3\n  lr: 2\n", "not valid YAML (mapping values are not allowed here at line 2, column 5)"),
+    (b"\xff\xfe steps: 3\n", "not UTF-8 text (invalid start byte at byte 0)"),
+])
+def test_a_file_that_does_not_parse_says_what_and_where(data, expected, tmp_path, capsys):
+    """The YAML error's problem and line (it printed only "while parsing a flow sequence"); a file that is
+    not UTF-8 names the file (it printed only the codec's message)."""
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    for command in ("train", "smoke"):
+        line = _error(capsys, [command, "--config", str(path), "--print-config"])
+        assert line == f"agentrl {command}: error: --config {path}: {expected}"
+
+
+def test_a_directory_or_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
+    """A directory is not "no such file"; a file that cannot be read (PermissionError, which neither the
+    parser nor `main` caught) is one line, not a traceback."""
+    from pathlib import Path
+
+    assert _error(capsys, ["train", "--config", str(tmp_path), "--print-config"]) == (
+        f"agentrl train: error: --config {tmp_path}: is a directory; expected a YAML file")
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 3\n")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert _error(capsys, ["sft", "--config", str(path), "--print-config"]) == (
+        f"agentrl sft: error: --config {path}: cannot be read (Permission denied)")
