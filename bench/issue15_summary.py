@@ -18,6 +18,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt_num  # noqa: E402 - bench/ is on the path only from here
@@ -69,18 +70,24 @@ def render(figures: list[dict], problems: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("dir", type=Path, help="the folder bench/run_issue15.sh wrote")
-    args = p.parse_args()
+def summary_main(description: str, runner: str, collect_fn: Any, argv: list[str] | None = None) -> int:
+    """The summary command of a bench run folder: `collect_fn(dir) -> (figures, problems)`, rendered into
+    <dir>/summary.txt and summary.json and printed (run_issue15.sh's and run_issue26.sh's summaries)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("dir", type=Path, help=f"the folder bench/{runner} wrote")
+    args = p.parse_args(argv)
     if not args.dir.is_dir():
         p.error(f"{args.dir} is not a folder")
-    figures, problems = collect(args.dir)
+    figures, problems = collect_fn(args.dir)
     text = render(figures, problems)
     (args.dir / "summary.txt").write_text(text)
     (args.dir / "summary.json").write_text(json.dumps({"figures": figures, "problems": problems}, indent=1))
     print(text, end="")
     return 0
+
+
+def main() -> int:
+    return summary_main(__doc__.splitlines()[0], "run_issue15.sh", collect)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ update_<m>, step_<m> for m in coder05, coder15). Writes DIR/summary.txt and DIR/
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import target  # noqa: E402 - bench/ is on the path only from here
-from issue15_summary import render  # noqa: E402
+from issue15_summary import summary_main  # noqa: E402
 
 # part -> (benchmark module, issue-15 target id -> issue-26 item; ids not listed are left out). The run is bf16
 # but for the logprob part, so the fp32 figures the update and step benchmarks also name are left out.
@@ -115,17 +114,7 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("dir", type=Path, help="the folder bench/run_issue26.sh wrote")
-    args = p.parse_args()
-    if not args.dir.is_dir():
-        p.error(f"{args.dir} is not a folder")
-    figures, problems = collect(args.dir)
-    text = render(figures, problems)
-    (args.dir / "summary.txt").write_text(text)
-    (args.dir / "summary.json").write_text(json.dumps({"figures": figures, "problems": problems}, indent=1))
-    print(text, end="")
-    return 0
+    return summary_main(__doc__.splitlines()[0], "run_issue26.sh", collect)
 
 
 if __name__ == "__main__":
