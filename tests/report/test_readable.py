@@ -115,3 +115,22 @@ def test_tool_stats_labels_are_words_and_the_legend_sits_on_its_panel(tmp_path, 
     assert plots.plot_tool_stats(results, tmp_path / "t.png") is not None
     assert all("_" not in t for t in captured["ticks"]) and "malformed calls" in captured["ticks"]
     assert captured["legend"] == ["before training", "after training"] and captured["fig_legends"] == 0
+
+
+def test_one_evaluation_gets_an_integer_step_axis(tmp_path, monkeypatch):
+    """An eval-only run has one point at step 0: the axis used to read -0.045 .. 0.045 'training steps'."""
+    results = {"evaluations": [{"label": "eval", "step": 0, "pass_at_1": {"mean": 0.38, "lo": 0.32, "hi": 0.44,
+                                                                           "alpha": 0.05}}]}
+    captured = {}
+    real = plots._save
+
+    def keep(fig, p, title):
+        out = real(fig, p, title)  # the widening happens inside _save
+        captured["xlim"] = fig.axes[0].get_xlim()
+        captured["ticks"] = [t for t in fig.axes[0].get_xticks() if captured["xlim"][0] <= t <= captured["xlim"][1]]
+        return out
+
+    monkeypatch.setattr(plots, "_save", keep)
+    assert plots.plot_eval_curve(results, tmp_path / "e.png") is not None
+    assert captured["xlim"] == (-1.0, 1.0)
+    assert captured["ticks"] and all(float(t).is_integer() for t in captured["ticks"])
