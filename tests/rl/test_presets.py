@@ -43,6 +43,17 @@ def test_print_config_prints_what_the_same_command_runs(capsys):
     assert "preset: ''" in capsys.readouterr().out.splitlines()
 
 
+def test_a_config_file_of_only_where_keys_keeps_the_demo_as_the_flags_do(tmp_path, capsys):
+    """`--config f.yaml` holding only `seed: 3` (flat or as `run: {seed: 3}`) is `train --seed 3`: the demo. It
+    ran the plain defaults, so the same setting gave another run from a file than from a flag."""
+    for name, text in (("flat", "seed: 3\n"), ("nested", "run:\n  seed: 3\n"), ("other", "seed: 3\nsteps: 2\n")):
+        (tmp_path / f"{name}.yaml").write_text(text)
+        assert main(["train", "--config", str(tmp_path / f"{name}.yaml"), "--print-config"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert "seed: 3" in lines
+        assert ("preset: demo" in lines) == (name != "other"), name  # any other key: the plain defaults, as flags
+
+
 def test_flags_without_preset_keep_the_plain_defaults():
     """An explicit user (`--model X --env Y`) gets no warm start unless asking for it."""
     cfg = _cfg(["--env", "coding-tools", "--seed", "3"])
@@ -77,7 +88,7 @@ def test_help_shows_the_preset_defaults_only_when_asked(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     plain_help = capsys.readouterr().out
-    assert "--warm-start" in plain_help and "no flags (or only --seed, --out, --resume): --preset demo" in " ".join(plain_help.split())
+    assert "--warm-start" in plain_help and "no flags (or only --seed, --out, --resume, as flags or --config keys): --preset demo" in " ".join(plain_help.split())
     assert "(default: edit-menu)" in demo_help and "(default: coding-tools)" in plain_help
 
 

@@ -9,6 +9,7 @@ data-parallel run (agentrl.scale.train.train_data_parallel); with --rollout-work
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -20,7 +21,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="GRPO training with held-out evaluation before and after",
         usage="%(prog)s [--preset NAME] [--config FILE.yaml] [--model MODEL] [--env ENV] [--out DIR] [options]",
-        description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume): --preset demo "
+        description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume, as flags or --config "
+        "keys): --preset demo "
         "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 3 minutes on 2 CPU "
         "cores; `--print-config` prints it). Other flags without --preset start from the plain defaults shown below; "
         "`--preset demo --help` shows the preset's.",
@@ -37,14 +39,16 @@ def register(subparsers: Any) -> None:
 WHERE_FLAGS = ("--seed", "--out", "--resume", "--no-resume", "--print-config")
 
 
-def preset_defaults(argv: list[str]) -> dict[str, Any]:
+def preset_defaults(argv: list[str], file_keys: Iterable[str] = ()) -> dict[str, Any]:
     """The defaults `agentrl train ARGV` starts from: the values of `--preset NAME` (agentrl.rl.config.PRESETS),
-    "demo" when ARGV is empty or holds only WHERE_FLAGS (so `train --print-config` prints the demo that
-    `train` runs), else none ({}: RLConfig's own defaults). An unknown
-    name gives {} here and argparse's "invalid choice" error when the flag is parsed."""
+    "demo" when ARGV and the --config file's keys (`file_keys`, flat names) set only WHERE_FLAGS (so
+    `train --print-config` prints the demo that `train` runs, and a file holding only `seed: 3` is
+    `train --seed 3`), else none ({}: RLConfig's own defaults). An unknown name gives {} here and
+    argparse's "invalid choice" error when the flag is parsed."""
     from agentrl.rl.config import PRESETS
 
     given = [a.split("=", 1)[0].replace("_", "-") for a in argv if a.startswith("--")]
+    given = [f for f in given if f != "--config"] + ["--" + k.replace("_", "-") for k in file_keys]
     name = "demo" if all(f in WHERE_FLAGS for f in given) else None
     for i, arg in enumerate(argv):
         if arg == "--preset" and i + 1 < len(argv):
@@ -62,7 +66,7 @@ def train_defaults(argv: list[str]) -> dict[str, Any]:
     file = config_file_defaults(argv)
     if file.get("preset") and not any(a == "--preset" or a.startswith("--preset=") for a in argv):
         argv = [*argv, "--preset", file["preset"]]
-    return {**preset_defaults(argv), **file}
+    return {**preset_defaults(argv, file_keys=file), **file}
 
 
 def main(args: argparse.Namespace) -> int:
