@@ -48,3 +48,36 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     assert "positive integer" in _run("split", str(tmp_path / "f"), str(tmp_path / "d"), "0").stderr
     assert "no manifest" in _run("join", str(tmp_path), "f", str(tmp_path / "o")).stderr
     assert _run("frobnicate").returncode == 2
+
+
+def test_a_bundle_is_joined_unpacked_and_its_xz_files_decompressed(tmp_path):
+    """scripts/device_unpack.sh, the GPU side of one bundled transfer: parts -> checked tar -> files, with each
+    carried .xz decompressed (executable, as the opencode binary must be) and the parts and tar removed."""
+    import lzma
+    import tarfile
+
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    weights = os.urandom(3 << 20)
+    (stage / "model.gguf").write_bytes(weights)
+    binary = b"#!/bin/sh\necho opencode 1.18.33\n" * 1000
+    (stage / "opencode.xz").write_bytes(lzma.compress(binary))
+    bundle = tmp_path / "bundle.tar"
+    with tarfile.open(bundle, "w") as tar:
+        for f in sorted(stage.iterdir()):
+            tar.add(f, arcname=f.name)
+    parts = tmp_path / "parts"
+    assert _run("split", str(bundle), str(parts), "1").returncode == 0
+    dest = tmp_path / "dev"
+    unpack = SCRIPT.parent / "device_unpack.sh"
+    r = subprocess.run(["bash", str(unpack), str(parts), "bundle.tar", str(dest), str(tmp_path / "site")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "model.gguf").read_bytes() == weights
+    assert (dest / "opencode").read_bytes() == binary and os.access(dest / "opencode", os.X_OK)
+    assert not (dest / "opencode.xz").exists() and not (dest / "bundle.tar").exists()
+    assert not list(parts.glob("bundle.tar.part*"))  # the parts are as large as the model: removed once joined
+    (parts / "bundle.tar.part00").write_bytes(b"x")  # a lone damaged part: refused, named, nothing unpacked
+    r = subprocess.run(["bash", str(unpack), str(parts), "bundle.tar", str(tmp_path / "dev2")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "bundle.tar.part" in r.stdout + r.stderr and not (tmp_path / "dev2" / "model.gguf").exists()
