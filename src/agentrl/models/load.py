@@ -124,6 +124,12 @@ def preset_trimmed_tokenizer(vocab: str):
         return load_tokenizer(trimmed_tokenizer_files(source, spec["tokens"], tmp))
 
 
+def model_path_missing(name_or_path: str | os.PathLike) -> bool:
+    """True for a model name written as a path (starting with `.`, `/` or `~`) that does not exist; other names
+    (presets, converted models, HF ids) are left to load_policy's resolution."""
+    return str(name_or_path).startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists()
+
+
 def load_policy(
     name_or_path: str | os.PathLike,
     dtype: str = "fp32",
@@ -191,7 +197,7 @@ def load_policy(
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     else:
         p = Path(name_or_path).expanduser()
-        if str(name_or_path).startswith((".", "/", "~")) and not p.exists():
+        if model_path_missing(name_or_path):
             raise FileNotFoundError(f"model path {str(p)!r} does not exist")
         name_or_path = resolve_model_dir(name_or_path)  # a checkpoint dir -> its model/ subfolder
         p = Path(name_or_path).expanduser()

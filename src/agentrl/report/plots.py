@@ -84,9 +84,6 @@ def _first_series(steps: list[dict[str, Any]], *keys: str) -> tuple[list[int], l
     return [], []
 
 
-INT_X_AXES: set[int] = set()  # ids of axes whose x axis counts steps (integer ticks), until their figure is saved
-
-
 def _style(ax: Any, *, title: str, xlabel: str, ylabel: str, int_x: bool = True, values_on: str = "y") -> None:
     """Title, axis labels, integer x (step) ticks, plain value labels (no offset, no scientific
     notation, so a 0.003 wiggle never looks like a drop) on the `values_on` axis, a light grid."""
@@ -97,7 +94,7 @@ def _style(ax: Any, *, title: str, xlabel: str, ylabel: str, int_x: bool = True,
     ax.set_ylabel(ylabel)
     if int_x:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        INT_X_AXES.add(id(ax))  # _save widens a step axis narrower than two steps (one evaluation, one step)
+        ax.agentrl_step_axis = True  # _save widens a step axis narrower than two steps (one evaluation, one step)
     fmt = ScalarFormatter(useOffset=False)
     fmt.set_scientific(False)
     (ax.yaxis if values_on == "y" else ax.xaxis).set_major_formatter(fmt)
@@ -107,10 +104,9 @@ def _style(ax: Any, *, title: str, xlabel: str, ylabel: str, int_x: bool = True,
 def _save(fig: Any, path: Path, title: str) -> Path:
     for ax in fig.axes:  # a step axis around one x value: matplotlib's +-0.05 default shows -0.045 .. 0.045
         lo, hi = ax.get_xlim()
-        if id(ax) in INT_X_AXES and hi - lo < 2:
+        if getattr(ax, "agentrl_step_axis", False) and hi - lo < 2:
             mid = round((lo + hi) / 2)
             ax.set_xlim(mid - 1, mid + 1)
-        INT_X_AXES.discard(id(ax))
     fig.suptitle(title, fontsize=12, fontweight="bold")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

@@ -188,14 +188,16 @@ def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) ->
 def check_model_paths(models: list[str]) -> None:
     """Refuse, before any model is loaded, a list naming a model path that does not exist (every one named).
 
-    A name written as a path (starting with `/`, `.` or `~`) must exist; other names (presets, converted
-    models, HF ids) are resolved by the loader. Scoring several models takes minutes per model, so a
+    A name written as a path must exist (agentrl.models.load.model_path_missing, the loader's own rule); other
+    names are resolved by the loader. Scoring several models takes minutes per model, so a
     typo in the last one must not cost the first ones' rollouts.
 
     Raises:
         FileNotFoundError: one or more model paths are missing.
     """
-    missing = [m for m in models if str(m).startswith(("/", ".", "~")) and not Path(m).expanduser().exists()]
+    from agentrl.models.load import model_path_missing
+
+    missing = [m for m in models if model_path_missing(m)]
     if missing:
         raise FileNotFoundError("model path(s) that do not exist: " + ", ".join(repr(m) for m in missing))
 
