@@ -51,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="bf16 autocast over fp32 weights (default: fp32 throughout). Weights stay fp32 either way: "
                         "a bf16 weight cannot hold a 1e-6-sized update")
     p.add_argument("--eval-first", action="store_true",
-                   help="score the fixed eval set once before training (step 0 of the curve)")
+                   help="score the fixed eval set once before the first step (step 0 of the curve; TrainingArguments' "
+                        "eval_on_start, so the point stays in the trainer's log history)")
     p.add_argument("--max-train-s", type=float, default=0.0,
                    help="stop after the step that crosses this many seconds of training (0: no limit); the "
                         "curve, the model and curve.json are still written")
@@ -103,6 +104,9 @@ def build_trainer(args: argparse.Namespace, model: Any = None, tokenizer: Any = 
         eval_strategy="steps" if held is not None and args.eval_steps else "no",
         eval_steps=args.eval_steps or None, per_device_eval_batch_size=args.per_device_eval_batch_size,
         num_generations_eval=1,
+        # inside train(): an evaluate() before train() is logged into a state that train() then replaces, so
+        # its point never reached curve.json (the H200 run of 2026-12-02 lost it)
+        eval_on_start=bool(args.eval_first and held is not None and args.eval_steps),
     )
     return GRPOTrainer(model=model if model is not None else args.model, processing_class=tokenizer,
                        reward_funcs=[env_stats], args=config, train_dataset=train, eval_dataset=held,
@@ -164,11 +168,6 @@ def main(argv: list[str] | None = None, **overrides: Any) -> Any:
     if args.max_train_s > 0:
         callbacks.append(time_limit_callback(args.max_train_s))
     trainer = build_trainer(args, callbacks=callbacks, **overrides)
-    if args.eval_first and trainer.eval_dataset is not None:
-        try:
-            trainer.evaluate()  # logged at step 0: the curve's first point
-        except Exception as e:  # noqa: BLE001 - a failed first point must not cost the run; it is said, not hidden
-            print(f"--eval-first failed ({type(e).__name__}: {e}); the curve starts at the first in-training eval")
     trainer.train()
     trainer.save_model(args.output_dir)  # model + tokenizer: `agentrl eval --env-url ... --models <output_dir>`
     curve = eval_curve(trainer.state.log_history)

@@ -60,17 +60,20 @@ def test_whitebox_demo_mbpp_two_steps_with_fixed_eval(tmp_path):
     cfg = EnvServerConfig(env="python-session", tasks="mbpp", train_size=4, eval_size=2, port=0,
                           max_concurrent_envs=16)
     with BackgroundServer(cfg) as url:
-        trainer = _example().main(_argv(url, tmp_path, 4, 2), model=scripted_tiny_qwen3(tok, script), tokenizer=tok)
+        trainer = _example().main(_argv(url, tmp_path, 4, 2) + ["--eval-first"], model=scripted_tiny_qwen3(tok, script),
+                                  tokenizer=tok)
     logs = trainer.state.log_history
     assert trainer.state.global_step == 2
     train = [h for h in logs if "rewards/PythonSessionRemoteTRL/mean" in h]
     assert len(train) == 2 and all(h["rewards/PythonSessionRemoteTRL/mean"] == pytest.approx(0.5) for h in train)
     assert all(h["env/cells"] == pytest.approx(1.0) for h in train)  # run_python ran on the server's sandbox
-    evals = [h for h in logs if "eval_reward" in h]
-    assert len(evals) == 1 and evals[0]["eval_reward"] == pytest.approx(0.5)  # reference on one of two problems
-    assert evals[0]["eval_tools/call_frequency"] == pytest.approx(1.0)
-    curve = json.loads((tmp_path / "curve.json").read_text())  # the fixed eval set's points; no trend from one
-    assert curve["points"] == [{"step": 2, "eval_reward": pytest.approx(0.5)}] and "trend" not in curve
+    evals = [h for h in logs if "eval_reward" in h]  # --eval-first: step 0, then the eval every 2 steps
+    assert [h["step"] for h in evals] == [0, 2]
+    assert all(h["eval_reward"] == pytest.approx(0.5) for h in evals)  # reference on one of two problems
+    assert all(h["eval_tools/call_frequency"] == pytest.approx(1.0) for h in evals)
+    curve = json.loads((tmp_path / "curve.json").read_text())  # the fixed eval set's points; no trend from two
+    assert curve["points"] == [{"step": 0, "eval_reward": pytest.approx(0.5)},
+                               {"step": 2, "eval_reward": pytest.approx(0.5)}] and "trend" not in curve
     assert curve["train_reward"] == [pytest.approx(0.5)] * 2
 
 

@@ -39,9 +39,21 @@ def test_async_with_staleness_zero_equals_sync_step_for_step(tmp_path):
 
 
 @pytest.mark.slow
-def test_async_with_staleness_one_is_bounded_and_corrected(tmp_path):
+def test_async_with_staleness_one_is_bounded_and_corrected(tmp_path, monkeypatch):
+    import agentrl.rl.trainer as trainer
+    from agentrl.rollout.fast_sampler import CUDA_CAPTURE_LOCK
+
+    held = []  # the update runs holding CUDA_CAPTURE_LOCK: a fast sampler's graph capture in the rollout thread
+    learn = trainer.learn_step  # would be invalidated by the update's allocations (H200, 2026-12-02)
+
+    def learn_step(*a, **kw):
+        held.append(CUDA_CAPTURE_LOCK._is_owned())
+        return learn(*a, **kw)
+
+    monkeypatch.setattr(trainer, "learn_step", learn_step)
     cfg = _cfg(tmp_path, steps=3, async_rollouts=True, max_staleness=1, is_cap=1.5)
     data = validate_results(run(cfg))
+    assert held == [True] * 3 and not CUDA_CAPTURE_LOCK._is_owned()
     assert data["status"] == "completed"
     stale = [s["async/staleness"] for s in data["steps"]]
     assert stale[0] == 0 and all(0 <= x <= 1 for x in stale) and max(stale) == 1

@@ -190,3 +190,28 @@ def test_top_k_1_with_a_tied_top_logit_samples_among_the_tied(policy):
     logits[:, 30] -= 1e-3  # no tie: the argmax, log-prob 0
     tok_ids, logp = fs._sample(logits)
     assert (tok_ids == 7).all() and (logp == 0).all()
+
+
+def test_a_failed_graph_capture_turns_graphs_off_and_raises(policy, monkeypatch, caplog):
+    """A capture runs under CUDA_CAPTURE_LOCK; one that fails (another thread's allocation invalidated it, as
+    on the H200 with async opencode GRPO) leaves no graph, turns graphs off for the sampler's later calls and
+    raises, so the batch's failure is recorded. The capture itself needs CUDA; the bookkeeping is checked here."""
+    from agentrl.rollout.fast_sampler import CUDA_CAPTURE_LOCK
+
+    model, tok = policy
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id)
+    fs.graphs_on = True  # as on a CUDA device
+    seen = []
+
+    def capture(b, span):
+        seen.append(CUDA_CAPTURE_LOCK._is_owned())
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    monkeypatch.setattr(fs, "_capture", capture)
+    with caplog.at_level("ERROR"), pytest.raises(RuntimeError, match="during capture"):
+        fs._graph(8, 64)
+    assert seen == [True] and not CUDA_CAPTURE_LOCK._is_owned()
+    assert fs.graphs_on is False and fs.graphs == {} and fs.pool is None
+    assert "decoding without CUDA graphs from now on" in caplog.text
+    got = fs(contexts(tok, 2), [3, 3])  # the next call decodes eagerly (graphs_on is off: no capture is tried)
+    assert all(1 <= len(s.ids) == len(s.logprobs) <= 3 for s in got) and fs.graphs == {}

@@ -331,11 +331,16 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
     behind; the copy gets the learner's weights before each collection. With max_staleness 0 there is no
     copy and nothing overlaps: the steps equal `_sync_steps`' exactly."""
     from agentrl.rl.async_loop import AsyncRollouts
+    from agentrl.rollout.fast_sampler import CUDA_CAPTURE_LOCK
 
     cfg = sess.cfg
     # a separate rollout policy: a local copy (staleness > 0) or the worker processes (agentrl.scale.workers)
     policy = sess.rollout_copy() if cfg.async_rl.max_staleness > 0 or cfg.scale.rollout_workers else None
-    sync = (lambda: sess.sync_weights(policy)) if policy is not None else (lambda: None)
+
+    def sync() -> None:
+        if policy is not None:
+            with CUDA_CAPTURE_LOCK:  # the copy allocates; a fast sampler may be capturing a graph in its thread
+                sess.sync_weights(policy)
 
     def produce(step: int, version: int) -> Collected:
         return collect_step(sess, step, version=version, policy=policy)
@@ -345,7 +350,9 @@ def _async_steps(sess: RunSession) -> Iterator[tuple[int, dict[str, float]]]:
         for step in range(sess.start_step, cfg.run.steps):
             t0 = time.perf_counter()
             got = loop.get(step)
-            with loop.lock:  # the producer copies weights only between updates
+            # loop.lock: the producer copies weights only between updates; CUDA_CAPTURE_LOCK: the update's
+            # allocations would invalidate a CUDA graph the rollout thread's fast sampler captures meanwhile
+            with loop.lock, CUDA_CAPTURE_LOCK:
                 metrics = learn_step(sess, got.payload, wait_s=time.perf_counter() - t0)
             loop.publish(step + 1)
             metrics["async/producer_wait_s"] = got.wait_s

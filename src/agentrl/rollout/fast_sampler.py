@@ -22,10 +22,20 @@ cloned out first.
 
 Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa"): see
 agentrl.rollout.decode_attention; prefill is the same for all.
+
+Threads. A graph capture is invalidated by another thread's CUDA allocation or free while it runs (the async
+learner's update beside the opencode policy server's sampler thread did it on the H200, 2026-12-02:
+CUBLAS_STATUS_EXECUTION_FAILED in the capture, cudaErrorStreamCaptureInvalidated, then every later draw failed on
+the RNG state the broken capture left). So captures run in "thread_local" capture mode and under
+CUDA_CAPTURE_LOCK, which code that launches CUDA work in another thread while a sampler may capture holds
+meanwhile (agentrl.rl.trainer's asynchronous update and weight copy); a capture that still fails turns the
+sampler's graphs off (eager decode from then on) and raises.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +55,12 @@ from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sampling_warpers
 from agentrl.rollout.prefix_cache import Entry, PrefixStore, weights_version
 
 DEFAULT_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024)  # compaction targets (FastSampler bucket_sizes)
+log = logging.getLogger(__name__)
+
+CUDA_CAPTURE_LOCK = threading.RLock()
+"""Held by FastSampler while it captures a CUDA graph or empties the allocator's cache; hold it in any thread that
+runs CUDA work (allocations, frees, kernels) while a sampler in another thread may be capturing (module
+docstring, "Threads"). Re-entrant; never held while waiting on a sampler, so it cannot deadlock with one."""
 
 
 @dataclass
@@ -200,7 +216,8 @@ class FastSampler:
             else:
                 self.state = SlotState(self.arch, rows, length, steps, self.dtype, self.device)
             if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+                with CUDA_CAPTURE_LOCK:  # a cudaFree while another thread captures invalidates its capture
+                    torch.cuda.empty_cache()
             self.rope = rope_tables(self.arch, self.state.length + 1, self.dtype, self.device)
         return self.state
 
@@ -252,6 +269,23 @@ class FastSampler:
         key = (b, span)
         if key in self.graphs:
             return self.graphs[key]
+        with CUDA_CAPTURE_LOCK:
+            try:
+                graph = self._capture(b, span)
+            except Exception as e:
+                # a failed capture leaves no usable graph (and may leave the CUDA RNG mid-capture): no more
+                # captures in this sampler; the caller records this batch's failure
+                self.graphs_on = False
+                self.graphs.clear()
+                self.pool = None
+                log.error("FastSampler: capturing the decode step's CUDA graph (batch %d, span %d) failed (%s: %s); "
+                          "decoding without CUDA graphs from now on", b, span, type(e).__name__, e)
+                raise
+        self.graphs[key] = graph
+        return graph
+
+    def _capture(self, b: int, span: int) -> torch.cuda.CUDAGraph:
+        """Warm up on a side stream (undone from a snapshot) and capture one decode step; CUDA_CAPTURE_LOCK held."""
         st = self.state
         snap = [t.clone() for t in st.small()]
         side = torch.cuda.Stream(self.device)
@@ -265,9 +299,9 @@ class FastSampler:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # thread_local: another thread's allocations no longer invalidate this capture (only this thread's would)
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             self._decode_step(b, span)
-        self.graphs[key] = graph
         return graph
 
     # ---------------------------------------------------------------- one call
