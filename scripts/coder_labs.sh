@@ -22,7 +22,7 @@
 # TRL_S (seconds of TRL training steps, default TRAIN_S), OC_SFT_TASKS (opencode expert episodes, default 64),
 # TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU), TRL_TRAIN / TRL_EVAL
 # (TRL's training problems and fixed eval set, default 170 / 64), MBPP_EVAL_SIZE (the one-pass scoring, default 257),
-# TRL_WARM (auto | 0 | 1, below).
+# TRL_WARM (auto | 0 | 1, below), WORDLE_FLAGS (default --max-turns 10 --shaped-reward).
 set -uo pipefail
 ROOT=${1:?usage: coder_labs.sh OUT_ROOT RUN...}
 shift
@@ -62,9 +62,12 @@ run_transfer() {
   sft "$1" coding-tools "$2/sft" --random-op --families "$SEEN" &&
     grpo "$1" "$2/sft" coding-tools "$2/rl" --families "$SEEN" --eval-families "$WRITEUP,$UNSEEN" --max-new-tokens 256
 }
-run_wordle() {  # experts: random guesses consistent with the feedback; held out: 48 words of the held-out split
+run_wordle() {  # experts: random guesses consistent with the feedback; held out: 48 words of the held-out split.
+  # The 1.5B after SFT solved none (binary reward: every group all 0, no update in 40 steps; 1.7 of its 6 turns went
+  # to non-words): so 10 turns for 6 guesses and the shaped reward (WORDLE_FLAGS to change; pass@1 counts solved)
   sft "$1" wordle "$2/sft" --tasks wordle --dtype bf16 --max-tokens 4096 &&
-    grpo "$1" "$2/sft" wordle "$2/rl" --tasks wordle --eval-size 48 --eval-n 4 --max-new-tokens 64
+    grpo "$1" "$2/sft" wordle "$2/rl" --tasks wordle --eval-size 48 --eval-n 4 --max-new-tokens 64 \
+      ${WORDLE_FLAGS---max-turns 10 --shaped-reward}
 }
 run_mbpp() {  # the raw model answers MBPP in prose and never calls run_python: warm start on the python-session
   # expert (bug-fix tasks: write the function, run a test), then GRPO on MBPP's 170 train problems, all 257 test ones

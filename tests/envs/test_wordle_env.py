@@ -58,6 +58,19 @@ def test_out_of_guesses_and_shaped_reward():
     assert shaped.reward() == pytest.approx(0.5 * 4 / 5)  # crank: four greens
 
 
+def test_shaped_reward_from_the_run_config():
+    """--shaped-reward reaches the env through the registry (a 1.5B's Wordle groups all scored 0 with the
+    binary reward, so no update ever ran: results/coder/wordle-1.5b); it is off by default."""
+    from agentrl.envs.registry import get_spec
+    from agentrl.rl.config import RLConfig
+
+    spec = get_spec("wordle")
+    assert spec.kwargs_from_config(RLConfig.from_flat(env="wordle", tasks="wordle").env)["shaped"] is False
+    kw = spec.kwargs_from_config(RLConfig.from_flat(env="wordle", tasks="wordle", shaped_reward=True).env)
+    env = make_env("wordle", **{**kw, "max_calls_per_turn": None})
+    assert env.shaped is True
+
+
 def test_expert_solves_with_real_word_list_and_check_env_passes():
     words = load_words()
     assert all(len(w) == 5 and w.islower() and w.isascii() for w in words) and "crane" in words

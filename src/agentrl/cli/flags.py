@@ -43,7 +43,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch",
                "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_merge")),
     ("tasks and environment", ("env", "tasks", "families", "train_size", "randomize_names", "max_turns",
-                               "max_edits", "max_observation_chars", "reward_includes_shown_test", "agent",
+                               "max_edits", "shaped_reward", "max_observation_chars", "reward_includes_shown_test", "agent",
                                "agent_timeout_s", "agent_max_calls", "agent_isolation", "agent_binary")),
     ("sampling", ("group_size", "prompts_per_step", "max_new_tokens", "max_context_tokens", "gen_batch", "sampler",
                   "temperature", "top_k", "top_p", "thinking")),

@@ -165,8 +165,9 @@ def default_words() -> frozenset[str]:
 
 
 def _config_kwargs(cfg: Any) -> dict[str, Any]:
-    """A run gets the word list, so a guess that is not a word is refused as in the real game."""
-    return {"words": default_words()}
+    """A run gets the word list, so a guess that is not a word is refused as in the real game, and the env
+    section's shaped_reward (--shaped-reward)."""
+    return {"words": default_words(), "shaped": bool(getattr(cfg, "shaped_reward", False))}
 
 
 ENV_SPEC = EnvSpec(

@@ -72,6 +72,9 @@ class EnvSection:
     name: str = flag_field("coding-tools", _env_help(), flat="env")
     max_turns: int = flag_field(6, "Maximum assistant turns per episode.")
     max_edits: int = flag_field(1, "Edits allowed per episode in the edit-menu env (ignored by the other envs).")
+    shaped_reward: bool = flag_field(False, "Wordle: an unsolved game scores 0.5 x its best guess's (greens + "
+                                     "yellows / 2) / 5, so groups that all fail still differ (default: 1 for solving, "
+                                     "else 0; pass@1 counts solved games either way; ignored by the other envs).")
     max_observation_chars: int = flag_field(4000, "Characters of one tool observation the model sees; longer ones keep "
                                           "head and tail around a '[... N characters cut ...]' mark (0 = no cap). "
                                           "Separate from the sandbox's byte cap on captured output.")
