@@ -121,11 +121,25 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
+def write_out(filename: str, text: str) -> Path | None:
+    """Write `text` to $OUT/`filename` (the folder made if needed); None, writing nothing, when OUT is unset."""
+    out = os.environ.get("OUT")
+    if not out:
+        return None
+    Path(out).mkdir(parents=True, exist_ok=True)
+    path = Path(out) / filename
+    path.write_text(text)
+    return path
+
+
 class Table:
-    """Prints a header once and each row as it comes (flushed), and writes all rows to $OUT/<name>.{txt,json}."""
+    """Prints a header once and each row as it comes (flushed), and writes all rows to $OUT/<name>.{txt,json}.
+
+    `extra`: further top-level keys of the JSON beside "meta" and "rows" (e.g. bench_rollout's "profile")."""
 
     def __init__(self, name: str, columns: list[tuple[str, str]], meta: dict[str, Any]):
         self.name, self.columns, self.meta, self.rows = name, columns, meta, []
+        self.extra: dict[str, Any] = {}
         self.lines = [f"# {name}: " + ", ".join(f"{k}={v}" for k, v in meta.items())]
         self.lines.append("  ".join(f"{c:>{max(len(c), 9)}}" for c, _ in columns))
         for line in self.lines:
@@ -149,12 +163,8 @@ class Table:
         self.save()
 
     def save(self) -> None:
-        out = os.environ.get("OUT")
-        if not out:
-            return
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"{self.name}.txt").write_text("\n".join(self.lines) + "\n")
-        (Path(out) / f"{self.name}.json").write_text(json.dumps({"meta": self.meta, "rows": self.rows}, indent=1))
+        if write_out(f"{self.name}.txt", "\n".join(self.lines) + "\n") is not None:
+            write_out(f"{self.name}.json", json.dumps({"meta": self.meta, "rows": self.rows, **self.extra}, indent=1))
 
 
 def device_meta(device: str) -> dict[str, Any]:

@@ -9,18 +9,26 @@ bytes + the KV-cache bytes of every row's context so far, at --bw-tbs TB/s (4.3 
 measured on the H200). A configuration that runs out of memory prints OOM and the next one runs.
 --decode-attention matmul sdpa gives one row per batch and FastSampler decode_attention (the sampler's fused
 GQA attention against today's matmuls, in one run); the `attn` column says which.
+--profile-steps N (after the table): the decode step of the first batch and the first --decode-attention under
+torch.profiler with CUDA graphs off (kernels visible), written to $OUT/bench_rollout_profile.txt and the JSON's
+"profile" key (profile_decode: device ms per decode step by kernel-name bucket and by code region, wall ms per
+decode step with graphs off and on, the bandwidth bound's ms per step, the profiler's top-30 table).
 
     PYTHONPATH=src python bench/bench_rollout.py --device cuda [--config PATH] [--batches 64 128 256]
     PYTHONPATH=src python bench/bench_rollout.py --device cpu --tiny --batches 4 --ctx 64 --steps 8   # smoke
+    PYTHONPATH=src python bench/bench_rollout.py --device cuda --batches 64 --skip-hf --no-check --steps 32 \
+        --repeats 1 --profile-steps 16   # why a decode step takes what it takes
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
 import sys
+import time
 import traceback
 import warnings
 
@@ -35,9 +43,11 @@ from _common import (
     model_name,
     param_bytes,
     peak_gib,
+    sync,
     target,
     target_text,
     timed,
+    write_out,
 )
 from transformers import GenerationConfig
 
@@ -159,14 +169,21 @@ def sdpa_backends(model, device: str, batch: int = 64, length: int = 1152) -> st
     return f"SDPA backends accepting the decode call (batch {batch}, {length} keys): " + "; ".join(out)
 
 
+def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = False, decode_attention: str = "matmul",
+                 use_cuda_graphs: bool | None = None) -> FastSampler:
+    """The measured runs' FastSampler: no stop ids, `batch` slots, `steps` tokens per row unless a call gives
+    budgets, CUDA graphs as FastSampler decides (on for a CUDA model) unless `use_cuda_graphs` says."""
+    return FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps), max_batch=batch,
+                       keep_kv=keep_kv, decode_attention=decode_attention, use_cuda_graphs=use_cuda_graphs)
+
+
 def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False,
              decode_attention: str = "matmul") -> tuple[float, float]:
     """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run).
 
     keep_kv off by default: a kept row's KV is cloned out of the static cache when it finishes (the multi-turn
     reuse bench_reuse.py measures), a copy of every row's whole context per call that is not decoding."""
-    fs = FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps),
-                     max_batch=len(contexts), keep_kv=keep_kv, decode_attention=decode_attention)
+    fs = make_sampler(model, len(contexts), steps, pad_id, keep_kv, decode_attention)
     budgets = [steps] * len(contexts)
     fs(contexts, budgets)  # warm-up: allocates the cache, captures the graphs
     times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
@@ -228,6 +245,220 @@ def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", 
     return row
 
 
+# The decode profile (--profile-steps). Kernel-name buckets, tried in this order on lower-cased names (the first
+# that matches wins, else "elementwise/other"): the sampler's log-softmax over the vocabulary is sampling, not
+# attention; attention is tried before GEMMs because fused attention kernels carry "cutlass" or "sm90" in their
+# names (fmha_cutlassF_..., cuDNN's ..._sdpa_sm90_...); "nvjet" and "gemv" are cuBLAS's Hopper GEMM and its
+# matrix-vector kernels. On the CPU the names are aten ops (aten::mm, aten::_softmax, ...). The matmul decode
+# attention's two matmuls are GEMMs by name: the code regions below count them as attention.
+KERNEL_BUCKETS = (
+    ("elementwise/other", ("logsoftmax", "log_softmax")),
+    ("attention", ("attention", "flash", "fmha", "sdpa", "softmax")),
+    ("gemm/matmul", ("gemm", "cutlass", "sm90", "cublas", "nvjet", "gemv", "matmul", "aten::mm", "aten::bmm",
+                     "aten::addmm")),
+)
+BUCKETS = ("gemm/matmul", "attention", "elementwise/other")
+STEP_LABEL = "decode.step"  # record_function range of one whole decode step
+REGIONS = {  # record_function ranges inside a decode step (region_labels) -> what they hold
+    "decode.proj_qkvo": "q/k/v/o projections, every layer",
+    "decode.attention": "attention over the cache (decode_attention's call)",
+    "decode.mlp": "MLP, every layer",
+    "decode.lm_head": "LM head",
+    "decode.sampling": "sampling (warpers, log-softmax, exponential race)",
+    "decode.record": "recording the token (scatter into the outputs, stop test)",
+}
+
+
+def kernel_bucket(name: str) -> str:
+    """The KERNEL_BUCKETS bucket of a kernel (or, on the CPU, aten op) name."""
+    n = name.lower()
+    return next((bucket for bucket, keys in KERNEL_BUCKETS if any(k in n for k in keys)), "elementwise/other")
+
+
+@contextlib.contextmanager
+def region_labels(fs: FastSampler):
+    """While the block runs, record_function ranges (REGIONS' names) around the parts of `fs`'s decode step:
+    forward hooks on every layer's q/k/v/o projections and MLP and on the LM head, and wrappers of
+    agentrl.rollout.fast_sampler's `attend` (the module global its decode step calls) and of fs._sample /
+    fs._record. All undone on exit. Ranges only mark time; the computation is unchanged."""
+    from torch.profiler import record_function
+
+    import agentrl.rollout.fast_sampler as fast_sampler
+
+    def wrap(fn, label):
+        def labelled(*a, **kw):
+            with record_function(label):
+                return fn(*a, **kw)
+        return labelled
+
+    open_ranges: list = []  # module calls nest, so the innermost range open is the one a module's end closes
+
+    def hooks(module, label) -> list:
+        def enter(_module, _args):
+            rf = record_function(label)
+            rf.__enter__()
+            open_ranges.append(rf)
+
+        def leave(_module, _args, _out):
+            open_ranges.pop().__exit__(None, None, None)
+
+        return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+
+    handles = []
+    for layer in fs.arch.layers:
+        a = layer.self_attn
+        for proj in (a.q_proj, a.k_proj, a.v_proj, a.o_proj):
+            handles += hooks(proj, "decode.proj_qkvo")
+        handles += hooks(layer.mlp, "decode.mlp")
+    handles += hooks(fs.arch.head, "decode.lm_head")
+    attend = fast_sampler.attend
+    fast_sampler.attend = wrap(attend, "decode.attention")
+    fs._sample, fs._record = wrap(fs._sample, "decode.sampling"), wrap(fs._record, "decode.record")
+    try:
+        yield
+    finally:
+        fast_sampler.attend = attend
+        del fs._sample, fs._record  # the class's methods again
+        for h in handles:
+            h.remove()
+
+
+def profile_decode(model, args, batch: int, attention: str, measured: dict | None = None) -> tuple[str, dict]:
+    """The decode step of `batch` rows with decode_attention `attention`, profiled (--profile-steps N).
+
+    The measured runs' sampler (make_sampler, the same contexts as the table's row) with CUDA graphs off, so
+    each kernel is visible: one warm-up call, one timed call (wall ms per decode step: from the first decode
+    step, after a sync, to the end of the call, host checks included), then a call under torch.profiler (CPU,
+    and CUDA on a CUDA device) from its first decode step to its end, with region_labels on. Each call has
+    budget N + 1 per row: the prefill samples the first token, then N decode steps. On CUDA "device time" is
+    the summed duration of every kernel, memcpy and memset; on the CPU it is the self CPU time of every op and
+    range. `measured`: the table's row for (batch, attention), whose decode-only tokens/s gives the wall ms per
+    decode step of the measured run (CUDA graphs on a CUDA device).
+
+    Returns (the text of bench_rollout_profile.txt, the figures for the JSON's "profile" key: times in ms per
+    decode step, shares as fractions of the device time per decode step).
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    cuda = str(args.device).startswith("cuda")
+    n = args.profile_steps
+    pad_id = 0
+    ctxs = make_contexts(batch, args.ctx, model.config.vocab_size, seed=batch)
+    budgets = [n + 1] * batch
+    free(args.device)
+    fs = make_sampler(model, batch, n + 1, pad_id, args.keep_kv, attention, use_cuda_graphs=False)
+    fs(ctxs, budgets)  # warm-up: allocates the cache, first kernels
+    clock: dict = {"steps": 0, "first": None}
+    decode_step = fs._decode_step
+
+    def counted_step(b: int, span: int) -> None:
+        if clock["steps"] == 0:
+            clock["first"]()
+        clock["steps"] += 1
+        with record_function(STEP_LABEL):
+            decode_step(b, span)
+
+    fs._decode_step = counted_step
+    starts: list[float] = []
+    clock["first"] = lambda: (sync(args.device), starts.append(time.perf_counter()))
+    fs(ctxs, budgets)
+    sync(args.device)
+    wall_steps = clock["steps"]
+    wall_ms = (time.perf_counter() - starts[0]) * 1e3 / wall_steps
+    graphs_ms = None
+    if measured is not None and isinstance(measured.get("ours_dec_tok_s"), float) and measured["ours_dec_tok_s"] > 0:
+        graphs_ms = batch / measured["ours_dec_tok_s"] * 1e3
+    bound_ms = batch / bound_tokens_per_s(model, ctxs, wall_steps, args.bw_tbs * 1e12) * 1e3
+    graphs = "on" if cuda else "off"
+    lines = [profile_header(model, args, batch, attention, wall_steps),
+             f"wall per decode step, CUDA graphs off (unprofiled call, {wall_steps} steps): {wall_ms:.3f} ms",
+             f"wall per decode step, the measured run (CUDA graphs {graphs}, decode-only, {args.steps} steps): "
+             + (f"{graphs_ms:.3f} ms" if graphs_ms else "not measured"),
+             f"bandwidth bound per decode step (weights + live KV bytes at {args.bw_tbs} TB/s): {bound_ms:.3f} ms"]
+    # kept if the run is stopped (its limit) in the profiled call or the profiler's post-processing
+    write_out("bench_rollout_profile.txt", "\n".join(lines + ["profile: the profiled call has not finished"]) + "\n")
+
+    prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    started: list[bool] = []
+    clock.update(steps=0, first=lambda: (sync(args.device), prof.start(), started.append(True)))
+    try:
+        with region_labels(fs):
+            fs(ctxs, budgets)
+        sync(args.device)
+    finally:
+        if started:
+            prof.stop()
+        del fs._decode_step
+    steps = clock["steps"]
+    if not steps:
+        raise RuntimeError(f"profile: the profiled call ran no decode step (budget {n + 1} per row)")
+
+    events = [e for e in prof.events() if not e.is_async]
+    if cuda:  # kernels, memcpy, memset; not the GPU-side copies of record_function ranges (user annotations)
+        labels = {STEP_LABEL, *REGIONS}
+        timed_events = [(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == DeviceType.CUDA
+                        and not getattr(e, "is_user_annotation", False) and e.name not in labels]
+    else:
+        timed_events = [(e.name, e.self_cpu_time_total) for e in events if e.device_type == DeviceType.CPU]
+    total_us = sum(us for _, us in timed_events)
+    per_step = 1e-3 / steps  # us in the window -> ms per decode step
+    device_ms = total_us * per_step
+    by_bucket = {b: [0.0, 0] for b in BUCKETS}
+    by_name: dict[str, list] = {}
+    for name, us in timed_events:
+        for acc in (by_bucket[kernel_bucket(name)], by_name.setdefault(name, [0.0, 0])):
+            acc[0] += us
+            acc[1] += 1
+
+    def range_ms(label: str) -> float:
+        return per_step * sum(e.device_time_total if cuda else e.cpu_time_total for e in events
+                              if e.name == label and e.device_type == DeviceType.CPU)
+
+    step_ms = range_ms(STEP_LABEL)
+    regions = {label: range_ms(label) for label in REGIONS}
+    regions["rest of step"] = step_ms - sum(regions.values())
+    regions["between steps"] = device_ms - step_ms
+    share = (lambda ms: ms / device_ms) if device_ms > 0 else (lambda ms: float("nan"))
+    source = ("CUDA kernel time (every kernel, memcpy and memset)" if cuda
+              else "CPU time (self CPU time of every op and range; no device)")
+    unit = "kernels" if cuda else "events"
+    fig = {"batch": batch, "ctx": args.ctx, "decode_steps": steps, "dtype": args.dtype, "attention": attention,
+           "device": str(args.device), "time_source": source, "device_ms_per_step": device_ms,
+           f"{unit}_per_step": len(timed_events) / steps, "wall_ms_per_step_graphs_off": wall_ms,
+           "wall_ms_per_step_measured": graphs_ms, "measured_graphs": graphs, "bound_ms_per_step": bound_ms,
+           "device_busy_frac_graphs_off": device_ms / wall_ms if wall_ms > 0 else None,
+           "buckets": {b: {"ms_per_step": us * per_step, "share": share(us * per_step), f"{unit}_per_step": c / steps}
+                       for b, (us, c) in by_bucket.items()},
+           "regions_ms_per_step": regions,
+           "top": [{"name": name, "ms_per_step": us * per_step, "calls_per_step": c / steps}
+                   for name, (us, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:10]]}
+    lines[1:1] = [f"time source: {source}; profiler window: the first decode step to the end of the call",
+                  f"total device time per decode step: {device_ms:.3f} ms ({len(timed_events) / steps:.0f} {unit} "
+                  f"per step, {steps} steps): {device_ms / wall_ms:.1%} of the wall per step with graphs off"]
+    lines.append(f"self device time per decode step by kernel name (bucket: ms per step, share, {unit} per step):")
+    for b in BUCKETS:
+        f = fig["buckets"][b]
+        lines.append(f"  bucket {b:<18} {f['ms_per_step']:9.3f} ms  {f['share']:6.1%}  {f[f'{unit}_per_step']:7.1f}")
+    lines.append("device time per decode step by code region (record_function ranges; ms per step, share):")
+    for label, ms in regions.items():
+        what = REGIONS.get(label, "norms, RoPE, KV writes, embedding, masks" if label == "rest of step"
+                           else "host checks between steps, the final harvest")
+        lines.append(f"  region {label:<18} {ms:9.3f} ms  {share(ms):6.1%}  {what}")
+    sort_by = "cuda_time_total" if cuda else "cpu_time_total"
+    lines.append(f"torch.profiler key_averages, sorted by {sort_by} (whole window, {steps} decode steps; "
+                 f"{STEP_LABEL} and decode.* are the ranges above):")
+    lines.append(prof.key_averages().table(sort_by=sort_by, row_limit=30))
+    return "\n".join(lines) + "\n", fig
+
+
+def profile_header(model, args, batch: int, attention: str, steps: int) -> str:
+    """The first line of bench_rollout_profile.txt: what was profiled."""
+    return (f"# bench_rollout_profile: model={model_name(args.config)}{' (tiny)' if args.tiny else ''}, "
+            f"batch={batch}, ctx={args.ctx}, steps={steps}, dtype={args.dtype}, attention={attention}, "
+            f"device={args.device}, cuda_graphs=off, layers={model.config.num_hidden_layers}")
+
+
 TF32_ENV = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")  # turn TF32 GEMMs on behind torch's back
 
 TARGETS = (  # issue 15 target 1: (batch, column, figure, op, threshold)
@@ -280,9 +511,14 @@ def main() -> int:
     p.add_argument("--no-check", dest="no_check", action="store_true")
     p.add_argument("--check-only", dest="check_only", action="store_true",
                    help="only the log-prob check (one row per --decode-attention; e.g. with --dtype fp32)")
+    p.add_argument("--profile-steps", dest="profile_steps", type=int, default=0,
+                   help="after the table, profile about this many decode steps of the first batch and the first "
+                   "--decode-attention with CUDA graphs off into $OUT/bench_rollout_profile.txt (0: off)")
     args = p.parse_args()
     if args.steps < 2:
         p.error("--steps must be >= 2")
+    if args.profile_steps < 0:
+        p.error("--profile-steps must be >= 0")
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     meta = device_meta(args.device) | {"model": model_name(args.config), "dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
                                       "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
@@ -315,7 +551,30 @@ def main() -> int:
         table.note(target_text(t))
     table.note("tok_s: batch*steps / wall s incl. prefill; dec_tok_s: decode only (minus a 1-token run); "
                "frac_bound: ours_dec_tok_s / (weights + live KV bytes per step at bw)")
-    return 0
+    return run_profile(model, args, table) if args.profile_steps else 0
+
+
+def run_profile(model, args, table: Table) -> int:
+    """--profile-steps: profile_decode for the first batch and the first --decode-attention (beside the table's
+    row for them, when measured), its text printed and written to $OUT/bench_rollout_profile.txt, its figures
+    into the table's JSON under "profile". Returns the exit status: 1 when the profile failed (the file then
+    says why)."""
+    batch, att = args.batches[0], args.decode_attention[0]
+    measured = next((r for r in table.rows if r.get("batch") == batch and r.get("attn") == att
+                     and not r.get("check")), None)
+    try:
+        text, fig = profile_decode(model, args, batch, att, measured)
+        status = 0
+    except Exception as e:  # noqa: BLE001 - the table is written; the profile says why it is missing
+        traceback.print_exc()
+        why = f"{'OOM' if is_oom(e) else 'failed'}: {type(e).__name__}: {e}"
+        text = f"{profile_header(model, args, batch, att, args.profile_steps)}\nprofile {why}\n"
+        fig, status = {"batch": batch, "attention": att, "error": why}, 1
+    print(text, end="", flush=True)
+    write_out("bench_rollout_profile.txt", text)
+    table.extra["profile"] = fig
+    table.save()
+    return status
 
 
 if __name__ == "__main__":

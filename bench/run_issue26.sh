@@ -5,6 +5,12 @@
 #   rollout   bench_rollout.py: FastSampler (decode_attention sdpa, then matmul) vs plain generate, batches 64 / 256 /
 #             128 (generate at 128 only): decode-only fraction of the bandwidth bound, end to end vs generate (item 1),
 #             and the bf16 log-prob check rows (item 4, reported)
+#   profile   bench_rollout.py --profile-steps 16: why the decode step at batch 64 (ctx 1024, the first of
+#             DECODE_ATTENTION) runs below the bandwidth bound: a 32-step timed row (graphs on), then 16 decode steps
+#             under torch.profiler with CUDA graphs off: device ms per decode step by kernel-name bucket (gemm/matmul,
+#             attention, elementwise/other) and by code region, wall ms per decode step with graphs off and on, the
+#             bound's ms per step, the profiler's top-30 table (profile_profile.txt; figures in profile.json's
+#             "profile")
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
@@ -21,7 +27,8 @@
 #   bash bench/run_issue26.sh OUT_DIR
 #
 # OUT_DIR gets log.txt, <part>.txt / <part>.json per part (rows written as they are measured, so a part stopped at its
-# limit keeps the rows it finished) and summary.txt / summary.json (written even when parts fail).
+# limit keeps the rows it finished; a script's further files SCRIPT_X.txt / .json come as <part>_X.txt / .json, e.g.
+# profile_profile.txt) and summary.txt / summary.json (written even when parts fail).
 # Environment: PYTHON (default python3), CONFIG (Qwen3-0.6B config.json or its folder; default: shared/assets beside
 # the checkout), WHEELS (a folder of wheels to install first into a temporary site folder), DEADLINE_S (default 540),
 # PARTS (e.g. "rollout step_coder15": only those parts; the others' files in OUT_DIR are kept and the summary reads
@@ -58,8 +65,8 @@ print("torch", torch.__version__, "transformers", transformers.__version__, "cud
   echo "the benchmarks cannot be imported (above); carry the missing wheels and pass WHEELS=DIR"; exit 2
 fi
 rc=0
-part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py, its table as $ROOT/NAME.{txt,json}
-  local name=$1 limit=$(($2 + ${EXTRA_LIMIT_S:-0})) script=$3 tmp status
+part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py, its table as $ROOT/NAME.{txt,json} (SCRIPT_X.*: NAME_X.*)
+  local name=$1 limit=$(($2 + ${EXTRA_LIMIT_S:-0})) script=$3 tmp status f
   shift 3
   if [ -n "${PARTS:-}" ] && [[ " $PARTS " != *" $name "* ]]; then return; fi
   if [ -z "${SMOKE:-}" ]; then  # keep 15 s for the summary after the last part
@@ -71,8 +78,8 @@ part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py, its table as $ROO
   echo "=== $name: $script.py $* (limit ${limit}s, start $(date -u +%H:%M:%S)) ===" | tee -a "$LOG"
   OUT="$tmp" timeout -k 5 "$limit" "$PY" "bench/$script.py" "${DEVICE_ARGS[@]}" "$@" >> "$LOG" 2>&1
   status=$?
-  for ext in txt json; do
-    if [ -f "$tmp/$script.$ext" ]; then mv "$tmp/$script.$ext" "$ROOT/$name.$ext"; fi
+  for f in "$tmp/$script".txt "$tmp/$script".json "$tmp/$script"_*.txt "$tmp/$script"_*.json; do
+    if [ -f "$f" ]; then f=$(basename "$f"); mv "$tmp/$f" "$ROOT/$name${f#"$script"}"; fi
   done
   rm -rf "$tmp"
   echo "=== $name: exit $status (end $(date -u +%H:%M:%S)) ===" | tee -a "$LOG"
@@ -82,6 +89,8 @@ if [ -n "${SMOKE:-}" ]; then
   DEVICE_ARGS=(--device cpu --tiny)
   ROLL=(--batches 3 5 --ctx 40 --steps 6 --repeats 1)
   part rollout 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --decode-attention "${ATT[@]}"
+  part profile 300 bench_rollout "${QWEN3[@]}" --batches 3 --ctx 40 --steps 6 --repeats 1 --skip-hf --no-check \
+    --profile-steps 4 --decode-attention "${ATT[0]}"
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
@@ -100,6 +109,13 @@ else
   # attention at 128 steps, update ~40 s per (dtype, gc) pair of methods, 2 coding-tools steps + setup ~45 s
   part rollout 75 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
     --decode-attention "${ATT[@]}"
+  # profile: start and model (~10 s: the logprob part took 18 s), one 32-step row (graphs on) of the first attention,
+  # then 3 eager calls of 17 tokens and the profiler's post-processing (16 steps x 28 layers of ops and kernels): an
+  # estimate, not yet run on the H200; the file's figures before the profiled call are written first, so a stop at
+  # the limit keeps them. With it the parts' limits add up to 580 s, past the deadline: a full run may see its
+  # last part cut; PARTS=profile runs it alone
+  part profile 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
+    --profile-steps 16 --decode-attention "${ATT[0]}"
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 45 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   part update 85 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --extra-rows bf16:on:32768
