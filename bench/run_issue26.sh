@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26's GPU figures in one call of at most 9 minutes on an H200: the parts end by DEADLINE_S - 15 s from the
+# Issue 26's GPU figures, at most 9 minutes per call on an H200 (all parts: two calls with PARTS, bench/README.md): the parts end by DEADLINE_S - 15 s from the
 # start (default 540 s; each part has its own limit, cut to fit), then the summary (limit 30 s, ~10 s). Qwen3-0.6B
 # (the shared config) unless the part says otherwise; every model has random weights, bf16 unless said:
 #   rollout   bench_rollout.py: FastSampler (decode_attention sdpa, then matmul) vs plain generate, batches 64 / 256 /
@@ -107,7 +107,7 @@ else
   DEVICE_ARGS=(--device cuda)
   # limits: estimates from the issue-15 H200 runs (results/bench/issue15_h200_2026-12-01*): rollout ~35 s per
   # attention at 128 steps, update ~40 s per (dtype, gc) pair of methods, 2 coding-tools steps + setup ~45 s
-  part rollout 75 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
+  part rollout 110 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
     --decode-attention "${ATT[@]}"
   # profile: start and model (~10 s: the logprob part took 18 s), one 32-step row (graphs on) of the first attention,
   # then 3 eager calls of 17 tokens and the profiler's post-processing (16 steps x 28 layers of ops and kernels): an
@@ -117,7 +117,7 @@ else
   part profile 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
     --profile-steps 16 --decode-attention "${ATT[0]}"
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
-  part ragged 45 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
+  part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   part update 85 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --extra-rows bf16:on:32768
   part step 55 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
   part rollout_coder05 30 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
