@@ -29,6 +29,7 @@ import argparse
 import random
 import statistics
 import sys
+import time
 import traceback
 
 from _common import (
@@ -67,7 +68,9 @@ def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[in
     fs = FastSampler(model, stop_ids=(), pad_id=0, cfg=SamplingConfig(max_new_tokens=max(budgets)),
                      max_batch=max_batch or len(contexts), keep_kv=args.keep_kv, share_prompts=False,
                      check_every=check_every, bucket_sizes=buckets)
+    t0 = time.perf_counter()
     fs(contexts, budgets)  # warm-up: cache allocation, graph captures of every bucket this run reaches
+    warm_s, captures, capture_s = time.perf_counter() - t0, fs.stats["graph_captures"], fs.stats["capture_ms"] / 1e3
     times, tokens = [], 0
     for _ in range(args.repeats):
         fs.clear_kv()
@@ -78,7 +81,8 @@ def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[in
     _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), args.device)
     wall = statistics.median(times)
     return {"tokens": tokens, "wall_s": wall, "prefill_s": prefill_s, "tok_s": tokens / wall,
-            "dec_tok_s": (tokens - len(contexts)) / max(wall - prefill_s, 1e-9), "peak_gib": peak_gib(args.device)}
+            "dec_tok_s": (tokens - len(contexts)) / max(wall - prefill_s, 1e-9), "peak_gib": peak_gib(args.device),
+            "warmup_s": warm_s, "captures": captures, "capture_s": capture_s}
 
 
 def targets(rows: list[dict]) -> list[dict]:
@@ -103,7 +107,8 @@ def targets(rows: list[dict]) -> list[dict]:
 
 
 COLUMNS = [("mode", ""), ("batch", "d"), ("requests", "d"), ("tokens", "d"), ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
-           ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f")]
+           ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f"),
+           ("warmup_s", ".2f"), ("captures", "d"), ("capture_s", ".2f")]
 
 
 def main() -> int:

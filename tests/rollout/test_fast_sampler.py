@@ -207,6 +207,10 @@ def test_a_failed_graph_capture_turns_graphs_off_and_raises(policy, monkeypatch,
         seen.append(CUDA_CAPTURE_LOCK._is_owned())
         raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
+    monkeypatch.setattr(fs, "_capture", lambda b, span: f"graph {b} x {span}")  # a capture that works is counted
+    assert fs._graph(8, 64) == "graph 8 x 64" and fs._graph(8, 64) == "graph 8 x 64"  # once per (batch, span)
+    assert fs.stats["graph_captures"] == 1 and fs.stats["capture_ms"] >= 0
+    fs.graphs.clear()
     monkeypatch.setattr(fs, "_capture", capture)
     with caplog.at_level("ERROR"), pytest.raises(RuntimeError, match="during capture"):
         fs._graph(8, 64)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -124,7 +125,9 @@ class FastSampler:
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (KV taken from kept rows), shared_rows (rows that copied a group leader's KV),
     admitted_late (requests prefilled into a slot freed during the call), kept_in_place (contexts that
-    extended the KV left in their own slot) and cloned_out (kept rows copied out of a slot needed again).
+    extended the KV left in their own slot), cloned_out (kept rows copied out of a slot needed again),
+    graph_captures (CUDA graphs captured during the call, one per new (batch bucket, span)) and capture_ms (host
+    milliseconds those captures took, warm-up included).
 
     Raises:
         ValueError: unsupported architecture (see module doc), or bad arguments.
@@ -175,7 +178,8 @@ class FastSampler:
         if len(budgets) != len(contexts) or min(budgets, default=1) < 1 or any(not c for c in contexts):
             raise ValueError("FastSampler: need one budget >= 1 per non-empty context")
         self.stats = dict.fromkeys(("context_tokens", "prefill_tokens", "reused_tokens", "shared_rows",
-                                    "admitted_late", "kept_in_place", "cloned_out"), 0)
+                                    "admitted_late", "kept_in_place", "cloned_out", "graph_captures",
+                                    "capture_ms"), 0)
         self.store.begin(weights_version(self.model) if self.keep_kv else None)
         out = self._run(contexts, budgets) if contexts else []
         self.store.finish()
@@ -269,6 +273,7 @@ class FastSampler:
         key = (b, span)
         if key in self.graphs:
             return self.graphs[key]
+        t0 = time.perf_counter()
         with CUDA_CAPTURE_LOCK:
             try:
                 graph = self._capture(b, span)
@@ -282,6 +287,8 @@ class FastSampler:
                           "decoding without CUDA graphs from now on", b, span, type(e).__name__, e)
                 raise
         self.graphs[key] = graph
+        self.stats["graph_captures"] = self.stats.get("graph_captures", 0) + 1
+        self.stats["capture_ms"] = self.stats.get("capture_ms", 0) + round(1000 * (time.perf_counter() - t0))
         return graph
 
     def _capture(self, b: int, span: int) -> torch.cuda.CUDAGraph:
