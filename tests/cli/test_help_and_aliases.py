@@ -138,6 +138,25 @@ def test_flags_without_a_preset_say_what_they_start_from():
     assert start_line(RLConfig.from_preset("demo")) is None
 
 
+@pytest.mark.parametrize("flat, expected", [
+    (dict(env="edit-menu", shaped_reward=True), ["train: --shaped-reward=True is ignored: --env edit-menu does not read it "
+                                                 "(it applies to wordle)"]),
+    (dict(env="coding-tools", max_edits=3), ["train: --max-edits=3 is ignored: --env coding-tools does not read it "
+                                             "(it applies to edit-menu)"]),
+    (dict(env="python-session", max_edits=2, shaped_reward=True), [
+        "train: --max-edits=2 is ignored: --env python-session does not read it (it applies to edit-menu)",
+        "train: --shaped-reward=True is ignored: --env python-session does not read it (it applies to wordle)"]),
+    (dict(env="wordle", shaped_reward=True), []), (dict(env="edit-menu", max_edits=2), []), ({}, []),
+])
+def test_environment_settings_the_chosen_environment_ignores_are_named(flat, expected):
+    """An environment-specific flag given to an environment that does not read it (--shaped-reward in
+    edit-menu) used to change nothing, silently; train and eval now say so, for every such field."""
+    from agentrl.cli.train import ignored_settings_lines
+
+    assert ignored_settings_lines(RLConfig.from_flat(**flat), "train") == expected
+    assert ignored_settings_lines(RLConfig.from_preset("demo"), "train") == []
+
+
 @pytest.mark.parametrize("command", ["sft", "smoke"])
 def test_sft_and_smoke_read_back_what_print_config_writes(command, tmp_path, capsys):
     """--config/--print-config for the commands whose settings are their own flags: round trip, flags given

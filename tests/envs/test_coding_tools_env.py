@@ -141,3 +141,20 @@ def test_overlong_bash_command_is_malformed(minmax_task, sandbox):
     env.reset(minmax_task)
     (r,) = env.step([c("Bash", command="ls " + "a" * MAX_BASH_COMMAND_CHARS)]).results
     assert r.status == "malformed"
+
+
+def test_paths_the_sandbox_cannot_hold_are_failed_bash_calls_not_env_errors(minmax_task, sandbox):
+    """A Write the in-memory repository takes but no file system holds (a path 2,000 folders deep, a
+    300-byte name, a file where a folder is needed) makes the next Bash a failed call the model sees;
+    it used to raise RecursionError out of env.step (the episode unscorable, its advantage 0) or report
+    a "sandbox failure"."""
+    writes = [("/repo/" + "d/" * 2000 + "z.py",), ("/repo/" + "a" * 300 + ".py",), ("/repo/q.py", "/repo/q.py/z.py")]
+    for paths in writes:
+        env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
+        env.reset(minmax_task)
+        assert [r.status for r in env.step([c("Write", file_path=p, content="x = 1\n") for p in paths]).results] \
+            == ["ok"] * len(paths)
+        (r,) = env.step([c("Bash", command="python -m pytest -q")]).results
+        assert r.status == "failed" and "sandbox file" in r.content and "sandbox failure" not in r.content, r.content
+        env.final_answer("done")
+        assert env.reward() == 0.0  # graded as usual: the source file is still the buggy one

@@ -139,3 +139,12 @@ def test_config_file_takes_flat_keys_and_nested_sections(tmp_path):
     path.write_text("update: {learning_rate: 1}\n")
     with pytest.raises(ValueError, match="unknown key 'learning_rate' in section 'update'"):
         read_config_file(path)
+
+
+@pytest.mark.parametrize("name", ["model", "tasks", "out", "env", "device"])
+@pytest.mark.parametrize("value", ["", "   "])
+def test_empty_names_are_refused_by_name(name, value):
+    """`--model ''` used to reach the loader as '.' ("model folder '.' has no config.json"); an empty
+    --out, --tasks, --env or --device is refused the same way, naming the field."""
+    with pytest.raises(ValueError, match=rf"RLConfig\.{name}: expected a non-empty string"):
+        RLConfig.from_flat(**{name: value})

@@ -180,3 +180,29 @@ def test_background_process_cannot_outlive_the_call(sb):
 def test_caller_survives_everything(sb):
     rep = sb.run_tests(TestJob({"m.py": SRC}, "m", ("assert add(2, 3) == 5",)))
     assert rep.all_passed
+
+
+@pytest.mark.parametrize("files", [
+    {"d/" * 2000 + "z.py": "x = 1\n"},  # os.makedirs recursed past the recursion limit
+    {"a" * 300 + ".py": "x = 1\n"},  # a name past NAME_MAX: ENAMETOOLONG, reported as a sandbox failure
+    {"/".join(["d"] * 100) + "/z.py": "x = 1\n"},
+    {"q.py": "x = 1\n", "q.py/z.py": "x = 1\n"},  # a file where a folder is needed: EEXIST
+    {"s.py": "x = '\udc80'\n"},  # text with a lone surrogate
+    {"\udc80.py": "x = 1\n"},  # a name with a lone surrogate
+    {"sub/..": "x = 1\n"},  # the work dir itself
+    {"../x.py": "x = 1\n"}, {"/tmp/x.py": "x = 1\n"}, {"": "x = 1\n"}, {"a\x00.py": "x = 1\n"},
+])
+def test_files_the_work_dir_cannot_hold_are_refused_and_leave_nothing(sb, files):
+    """Job file paths are model-written in coding-tools: any the file system cannot hold is a ValueError
+    naming the file (the caller's input), never a RecursionError, an OSError reported as a sandbox
+    failure, or a half-written work dir left behind."""
+    root = sb._backend.root
+    before = _job_dirs(root)
+    with pytest.raises(ValueError, match="sandbox file"):
+        sb.run({"a.py": "print(1)\n", **files}, ["python", "a.py"])
+    assert _job_dirs(root) == before
+    assert sb.run({"a.py": "print(1)\n", "sub/b.py": "x = 1\n"}, ["python", "a.py"]).stdout == "1\n"
+
+
+def _job_dirs(root):
+    return {os.path.join(d, n) for d, dirs, _ in os.walk(root) for n in dirs if n.startswith("job-")}

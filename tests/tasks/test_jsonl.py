@@ -40,6 +40,38 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
         load_tasks(path)
 
 
+@pytest.mark.parametrize("edit, pattern", [
+    (lambda d: d["files"].update({"/tmp/evil.py": "x"}), r":3: field 'files\./tmp/evil\.py': .*relative path inside"),
+    (lambda d: d["files"].update({"../../evil.py": "x"}), r":3: field 'files\.\.\./\.\./evil\.py': .*relative path"),
+    (lambda d: d["files"].update({"d/" * 100 + "x.py": "x"}), r":3: field 'files\.d/d/.*deeper than"),
+    (lambda d: d["files"].update({"a" * 300 + ".py": "x"}), r":3: field 'files\.a+': .*longer than 255 bytes"),
+    (lambda d: d["files"].update({"a\x00.py": "x"}), r":3: field 'files\.a.*: .*control character"),
+    (lambda d: d.update(source_file="my-module.py"), r":3: field 'source_file': .*not an importable \.py module"),
+    (lambda d: d.update(source_file="notes.txt"), r":3: field 'source_file': .*not an importable \.py module"),
+    (lambda d: d.update(entry="not a name!"), r":3: field 'entry': 'not a name!' is not a Python function name"),
+])
+def test_tasks_no_environment_could_run_name_line_and_field(tmp_path, edit, pattern):
+    """A task file is operator input: a task the schema passes but that no sandbox could hold or grade
+    (a file outside the work dir, an unimportable source file, an entry that is no Python name) is
+    refused at load, naming line and field; it used to load and run, every episode a silent 0 or a
+    failed call."""
+    path, lines = _lines(tmp_path, make_tasks(4))
+    data = json.loads(lines[2])
+    edit(data)
+    lines[2] = json.dumps(data)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=pattern):
+        load_tasks(path)
+
+
+def test_dataset_tasks_round_trip_with_a_source_file_the_model_writes(tmp_path):
+    from agentrl.tasks.jsonl import task_from_dict
+
+    task = make_tasks(1)[0]
+    data = task_to_dict(task) | {"source_file": "solution.py", "files": {}}  # MBPP's shape
+    assert task_from_dict(data).source_file == "solution.py"
+
+
 def test_bad_json_and_truncated_last_line(tmp_path):
     path, lines = _lines(tmp_path, make_tasks(3))
     path.write_text(lines[0] + "\n{not json\n")

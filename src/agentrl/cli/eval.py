@@ -117,6 +117,10 @@ def main(args: argparse.Namespace) -> int:
     if line := reused_settings_line(args):
         print(line, flush=True)
     cfg = config_from_args(args).replace_flat(steps=0)
+    from agentrl.cli.train import ignored_settings_lines
+
+    for line in ignored_settings_lines(cfg, "eval"):
+        print(line, flush=True)
     if args.print_config:
         from agentrl.cli.config_file import dump_config
         from agentrl.rl.config import TRAIN_ONLY

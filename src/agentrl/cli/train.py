@@ -83,6 +83,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if line := start_line(cfg):
         print(line, flush=True)
+    for line in ignored_settings_lines(cfg, "train"):
+        print(line, flush=True)
     if launched_by_torchrun():
         from agentrl.scale.train import train_data_parallel
 
@@ -96,6 +98,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"results: {train_scaled(cfg)}")
         return 0
     return train_single(cfg)
+
+
+def ignored_settings_lines(cfg: Any, command: str) -> list[str]:
+    """One line per environment-specific setting the run's environment does not read (--shaped-reward in
+    edit-menu, --max-edits in coding-tools, ...): the run goes on, but the flag changes nothing."""
+    from agentrl.envs.registry import ignored_env_settings
+    from agentrl.rl.sections import EnvSection
+
+    return [f"{command}: --{field.replace('_', '-')}={getattr(cfg.env, field)!r} is ignored: --env {cfg.env.name} "
+            f"does not read it (it applies to {', '.join(envs)})"
+            for field, envs in ignored_env_settings(cfg.env, EnvSection())]
 
 
 def start_line(cfg: Any) -> str | None:

@@ -114,6 +114,45 @@ def env_specs() -> dict[str, EnvSpec]:
     return {**_builtin_specs(), **_EXTRA}
 
 
+class _ReadRecorder:
+    """Stands in for an env section and records which of its attributes a `config_kwargs` reads."""
+
+    def __init__(self, section: Any):
+        self._section, self.read = section, set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self._section, name)
+
+
+def fields_read(spec: EnvSpec, section: Any) -> set[str]:
+    """The env-section fields `spec` builds its environment from: its common fields and those its
+    `config_kwargs` reads (a config_kwargs that fails reads nothing here; building the env will say why)."""
+    rec = _ReadRecorder(section)
+    try:
+        spec.config_kwargs(rec)
+    except Exception:  # noqa: BLE001, S110 - only a probe
+        pass
+    return set(spec.common_fields) | rec.read
+
+
+def ignored_env_settings(section: Any, defaults: Any) -> list[tuple[str, list[str]]]:
+    """[(field, [environments that read it])] for each environment-specific field of `section` (an env
+    section: `cfg.env`) set away from its value in `defaults` that the chosen environment (`section.name`)
+    never reads, e.g. --shaped-reward (wordle's) in edit-menu. [] for an unknown environment name."""
+    specs = env_specs()
+    chosen = specs.get(getattr(section, "name", ""))
+    if chosen is None:
+        return []
+    used = fields_read(chosen, section)
+    readers: dict[str, list[str]] = {}
+    for name, spec in specs.items():
+        for f in fields_read(spec, section) - set(spec.common_fields):
+            readers.setdefault(f, []).append(name)
+    return [(f, envs) for f, envs in sorted(readers.items())
+            if f not in used and hasattr(defaults, f) and getattr(section, f, None) != getattr(defaults, f)]
+
+
 def env_names() -> tuple[str, ...]:
     """The registered environment names, in registration order (built-ins sorted by name)."""
     return tuple(env_specs())

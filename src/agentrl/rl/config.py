@@ -104,7 +104,11 @@ class RLConfig:
                              f"episodes per step, got prompts_per_step*group_size = {rows}")
 
     def _validate_names(self, v: SimpleNamespace) -> None:
-        """adv_mode and sampler are registered names; dtype is canonicalised (aliases accepted)."""
+        """model, tasks, out, env and device are non-empty; adv_mode and sampler are registered names; dtype is
+        canonicalised (aliases accepted)."""
+        for name in ("model", "tasks", "out", "env", "device"):  # "" resolved to "." (the current folder) or worse
+            if not isinstance(getattr(v, name), str) or not getattr(v, name).strip():
+                raise ValueError(f"RLConfig.{name}: expected a non-empty string, got {getattr(v, name)!r}")
         if v.adv_mode not in ADV_ESTIMATORS:
             raise ValueError(f"RLConfig.adv_mode: expected one of {ADV_MODES}, got {v.adv_mode!r}")
         need = ADV_ESTIMATORS[v.adv_mode].min_group_size

@@ -257,28 +257,71 @@ def _probe_bwrap(b: Backend) -> None:
         shutil.rmtree(probe, ignore_errors=True)
 
 
+# Limits on the paths of the files a job gets (model-written in coding-tools): within what every Linux file
+# system holds (NAME_MAX 255 bytes, PATH_MAX 4096 with the work dir in front), and shallow enough that
+# creating the folders never nears Python's recursion limit.
+MAX_FILE_PATH_BYTES = 1024
+MAX_FILE_PATH_PARTS = 64
+MAX_NAME_BYTES = 255
+
+
+def file_path_problem(rel: object) -> str | None:
+    """Why `rel` cannot be a file of a job's work dir (None: it can): not a str, empty, absolute,
+    leaving the dir (".."), a NUL or other control character, not encodable as UTF-8, longer than
+    MAX_FILE_PATH_BYTES, deeper than MAX_FILE_PATH_PARTS, or a part longer than MAX_NAME_BYTES."""
+    if not isinstance(rel, str) or not rel:
+        return "expected a non-empty str"
+    norm = os.path.normpath(rel)
+    if os.path.isabs(rel) or norm == ".." or norm.startswith("../") or norm == ".":
+        return "expected a relative path inside the work dir"
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        return "contains a control character"
+    try:
+        size = len(norm.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not encodable as UTF-8"
+    parts = norm.split("/")
+    if size > MAX_FILE_PATH_BYTES or len(parts) > MAX_FILE_PATH_PARTS:
+        return f"is longer than {MAX_FILE_PATH_BYTES} bytes or deeper than {MAX_FILE_PATH_PARTS} folders"
+    if any(len(p.encode("utf-8")) > MAX_NAME_BYTES for p in parts):
+        return f"has a name longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
 def make_workdir(parent: str, files: dict[str, str], uid: int | None) -> str:
     """A fresh 0700 dir under `parent` holding `files`, owned by `uid` (if dropping privileges).
 
-    Raises ValueError for a path that is absolute, empty, or leaves the dir ("..").
+    Raises ValueError, and leaves nothing behind, for files the job cannot be given: a path
+    `file_path_problem` refuses, text that is not a str or not encodable as UTF-8, or paths that
+    collide (a file where another needs a folder). These come from the caller's input (in coding-tools
+    the model writes the paths), so they are a refusal, never a sandbox failure.
     """
     workdir = os.path.join(parent, "job-" + secrets.token_hex(8))
     os.mkdir(workdir, 0o700)
-    for rel, text in files.items():
-        norm = os.path.normpath(rel) if isinstance(rel, str) and rel else ""
-        if not norm or os.path.isabs(rel) or norm.startswith("..") or not isinstance(text, str):
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise ValueError(f"sandbox file {rel!r}: expected a relative path inside the work dir "
-                             f"mapped to str text")
-        path = os.path.join(workdir, norm)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    if uid is not None:
-        for dirpath, _dirs, names in os.walk(workdir):
-            os.chown(dirpath, uid, uid)
-            for n in names:
-                os.chown(os.path.join(dirpath, n), uid, uid)
+    try:
+        for rel, text in files.items():
+            why = file_path_problem(rel) or (None if isinstance(text, str) else "expected str text")
+            if why:
+                raise ValueError(f"sandbox file {str(rel)[:300]!r}: {why}")
+            path = os.path.join(workdir, os.path.normpath(rel))
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except UnicodeEncodeError as e:
+                raise ValueError(f"sandbox file {rel[:300]!r}: text is not encodable as UTF-8 ({e.reason} at "
+                                 f"position {e.start})") from None
+            except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:
+                raise ValueError(f"sandbox file {rel[:300]!r}: its path collides with another file "
+                                 f"({e.strerror})") from None
+        if uid is not None:
+            for dirpath, _dirs, names in os.walk(workdir):
+                os.chown(dirpath, uid, uid)
+                for n in names:
+                    os.chown(os.path.join(dirpath, n), uid, uid)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     return workdir
 
 

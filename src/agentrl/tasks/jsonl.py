@@ -1,13 +1,16 @@
 """Tasks to and from JSON Lines (one Task per line), validated by a JSON Schema. Not a dataset loader.
 
 The schema is documented in docs/task-schema.md. A malformed line (bad JSON, a truncated last line,
-a missing field, a field of the wrong type) raises ValueError naming the file, line number and field.
+a missing field, a field of the wrong type, a task no environment could run: a file path outside the
+work dir, a source file that is not an importable module, an entry that is not a Python name)
+raises ValueError naming the file, line number and field.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -74,13 +77,39 @@ def _field_of(error: jsonschema.ValidationError) -> str:
     return path or "(top level)"
 
 
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _meaning_problem(data: dict) -> tuple[str, str] | None:
+    """(field, why) for a task that passes the schema but that no environment could run or grade, else None:
+    a file path the sandbox's work dir cannot hold, a source file that is not an importable `.py` module
+    path (the hidden tests import it), or an entry that is not a Python name."""
+    from agentrl.sandbox.process import file_path_problem
+
+    for rel in data["files"]:
+        why = file_path_problem(rel)
+        if why:
+            return f"files.{rel[:200]}", f"file path {rel[:200]!r}: {why}"
+    src = data["source_file"]  # not always one of `files`: in MBPP the model writes solution.py
+    module = src.removesuffix(".py").split("/")
+    if not src.endswith(".py") or not all(_IDENTIFIER.match(part) for part in module):
+        return "source_file", f"{src[:200]!r} is not an importable .py module path (the hidden tests import it)"
+    if not _IDENTIFIER.match(data["entry"]):
+        return "entry", f"{data['entry'][:200]!r} is not a Python function name"
+    return None
+
+
 def task_from_dict(data: object, where: str = "task") -> Task:
-    """Validate `data` against TASK_SCHEMA and build a Task; ValueError names `where` and the field."""
+    """Validate `data` against TASK_SCHEMA and the rules no schema states (_meaning_problem) and build a
+    Task; ValueError names `where` and the field."""
     errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
         raise ValueError(f"{where}: field {_field_of(e)!r}: {e.message}")
     assert isinstance(data, dict)
+    problem = _meaning_problem(data)
+    if problem:
+        raise ValueError(f"{where}: field {problem[0]!r}: {problem[1]}")
     return Task(
         id=data["id"], family=data["family"], split=data["split"], files=dict(data["files"]),
         entry=data["entry"], source_file=data["source_file"], public_tests=tuple(data["public_tests"]),
