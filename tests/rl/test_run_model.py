@@ -20,7 +20,7 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("m") / "run"
     cfg = RLConfig.from_flat(env="edit-menu", families="minmax,compare", steps=1, prompts_per_step=2, group_size=4,
                    eval_n=1, eval_size=2, train_size=8, max_new_tokens=40, max_turns=3, lr=1e-3, micro=2,
-                   out=str(out), checkpoint_every=1, n_boot=100, seed=3)
+                   out=str(out), checkpoint_every=1, n_boot=100, seed=3, temperature=0.8)
     train(cfg, sampler=random_edit_sampler(0))
     return out
 
@@ -58,6 +58,7 @@ def test_eval_of_a_checkpoint_reuses_its_settings_and_says_so(run, tmp_path, cap
     cfg = validate_results(tmp_path / "ev" / "results.json")["config"]
     assert cfg["env"] == "edit-menu" and cfg["families"] == "minmax,compare" and cfg["max_turns"] == 3
     assert cfg["max_new_tokens"] == 8  # the command line wins over the record
+    assert cfg["temperature"] == 0.8 and "temperature=0.8" in line  # its evaluations' sampling, as the run's own
 
 
 def test_eval_and_smoke_take_the_run_folder(run, tmp_path, capsys):

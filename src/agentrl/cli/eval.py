@@ -80,7 +80,7 @@ def _model_arg(argv: list[str]) -> str | None:
 def recorded_defaults(argv: list[str]) -> dict[str, Any]:
     """The defaults `agentrl eval ARGV` starts from: when `--model` is a run folder, a checkpoint or a model
     folder with an agentrl_run.json (agentrl.rl.run_record), the settings recorded there (env, tasks,
-    families, episode limits, held-out size), so flags given on the command line still override them;
+    families, episode limits, held-out size, sampling distribution), so flags given on the command line still override them;
     else none ({})."""
     from agentrl.rl.run_record import read_run_record
 

@@ -17,10 +17,12 @@ RUN_RECORD_FILE = "agentrl_run.json"
 RECORD_VERSION = 1
 
 # RLConfig fields (flat names: the record stays flat, as the flags are) an evaluation of the model reuses unless the command line sets them: where it ran (env,
-# tasks, families), the episode's limits, and the held-out set's size
+# tasks, families), the episode's limits, the held-out set's size and the sampling distribution its own
+# evaluations used (so `agentrl eval --model <run>` scores what the run's "after" evaluation scored: the demo
+# preset samples at 0.7, and an eval at the default 1.0 read as a different model)
 EVAL_REUSED: tuple[str, ...] = ("env", "tasks", "families", "eval_families", "max_turns", "max_new_tokens",
                                 "max_edits", "max_context_tokens", "max_observation_chars", "randomize_names",
-                                "eval_size")
+                                "eval_size", "temperature", "top_k", "top_p", "thinking")
 
 
 def run_record(cfg: Any, step: int) -> dict[str, Any]:
