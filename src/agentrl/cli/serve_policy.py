@@ -47,6 +47,9 @@ def register(subparsers: Any) -> None:
     sampling.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
     server.add_argument("--require-open", action="store_true",
                    help="refuse rollout ids not opened with POST /rollouts/<id> (default: any API key opens one)")
+    server.add_argument("--max-open-rollouts", type=positive_int, default=4096,
+                        help="rollouts an API key may open while others are open (each keeps its trace until "
+                             "DELETE /rollouts/<id>); beyond it a new key is refused with 429")
     p.set_defaults(func=main)
 
 
@@ -65,7 +68,7 @@ def build_server(args: argparse.Namespace) -> Any:
                            max_wall_s=args.max_wall_s)
     return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=args.max_context_tokens,
                         budget=budget, auto_open=not args.require_open, model_name=str(policy.model),
-                        max_batch=args.gen_batch)
+                        max_batch=args.gen_batch, max_auto_open=args.max_open_rollouts)
 
 
 def main(args: argparse.Namespace) -> int:

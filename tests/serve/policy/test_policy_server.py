@@ -284,3 +284,28 @@ def test_bad_rollout_budgets_are_400s_that_say_which_field(served):
         assert status == 400 and needle in json.loads(data)["error"]["message"], body
         assert f"bb{i}" not in srv.rollout_ids()
     assert raw(http_, "POST", "/rollouts/ok-budget", b"{}")[0] == 200  # empty: the server's own budget
+
+
+def test_auto_opened_rollouts_are_capped_and_closing_one_frees_a_place(policy):
+    """Each new API key auto-opens a rollout that keeps its trace until closed: past max_auto_open open rollouts
+    a new key gets 429 (not unbounded memory), known keys still work, and DELETE frees a place."""
+    model, tok = policy
+    srv = PolicyServer(model, tok, sampler=Scripted(tok), sampling=SamplingConfig(max_new_tokens=8), auto_open=True,
+                       max_auto_open=2, batch_wait_s=0.0)
+    msg = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with ServerThread(srv) as http_:
+        def ask(key):
+            return raw(http_, "POST", "/v1/chat/completions", json.dumps(msg).encode(),
+                       {"Authorization": f"Bearer {key}"})
+        assert [ask(k)[0] for k in ("k1", "k2")] == [200, 200]
+        status, body = ask("k3")
+        assert status == 429 and json.loads(body)["error"]["code"] == "too_many_rollouts"
+        assert ask("k1")[0] == 200 and sorted(srv.rollout_ids()) == ["k1", "k2"]
+        assert raw(http_, "DELETE", "/rollouts/k1")[0] == 200
+        assert ask("k3")[0] == 200 and raw(http_, "GET", "/health")[0] == 200
+        assert raw(http_, "POST", "/rollouts/k4")[0] == 429  # an open over HTTP counts the same
+        srv.open_rollout("trainer-1")  # the trainer's own opens (in process) are not capped
+        assert len(srv.rollout_ids()) == 3
+    srv.close()
+    with pytest.raises(ValueError, match="max_auto_open"):
+        PolicyServer(model, tok, max_auto_open=0)

@@ -167,7 +167,7 @@ def _rollout_routes(app: FastAPI, server: PolicyServer) -> None:
         try:
             body = await _read_json(request, 1 << 16) if int(request.headers.get("content-length") or 0) else {}
             budget = RolloutBudget.from_json(body) if body not in ({}, None) else None  # none: the server's
-            server.open_rollout(rollout_id, budget)
+            server.open_rollout(rollout_id, budget, client=True)
         except RequestError as e:
             return _error(e)
         except (TypeError, ValueError) as e:

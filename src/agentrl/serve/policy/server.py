@@ -203,6 +203,10 @@ class PolicyServer:
         budget: default per-rollout budget.
         auto_open: accept requests for rollouts never opened (standalone use); the trainer opens each
             rollout itself and refuses unknown ones (404).
+        max_auto_open: open rollouts at most when a client opens one (auto_open, or POST /rollouts/<id>); each
+            keeps its trace until DELETE /rollouts/<id>, so past it a client's open is refused (429) and one that
+            sends a new API key per request cannot grow the server's memory without bound. The trainer's own
+            opens (open_rollout in process) are not capped.
         model_name: the id `GET /v1/models` lists.
         max_batch / batch_wait_s: request batching (contexts per sampler call, seconds to wait for more).
         max_request_bytes: larger request bodies are refused (413) before parsing.
@@ -212,8 +216,11 @@ class PolicyServer:
     def __init__(self, model: Any, tokenizer: Any, *, sampler: Any = None, sampling: SamplingConfig | None = None,
                  max_context_tokens: int = 16384, budget: RolloutBudget | None = None, auto_open: bool = False,
                  model_name: str = "agentrl-policy", max_batch: int = 16, batch_wait_s: float = 0.01,
-                 max_request_bytes: int = 8 << 20, enable_thinking: bool = False):
+                 max_request_bytes: int = 8 << 20, enable_thinking: bool = False, max_auto_open: int = 4096):
+        if max_auto_open < 1:
+            raise ValueError(f"max_auto_open must be >= 1, got {max_auto_open}")
         self.model, self.tokenizer = model, tokenizer
+        self.max_auto_open = max_auto_open
         self.sampling = sampling or SamplingConfig()
         self.max_context_tokens, self.auto_open, self.model_name = max_context_tokens, auto_open, model_name
         self.budget = budget or RolloutBudget()
@@ -227,14 +234,24 @@ class PolicyServer:
         self._max_token_chars = _longest_token_chars(tokenizer)
 
     # -- rollouts ---------------------------------------------------------------------------------
-    def open_rollout(self, rollout_id: str, budget: RolloutBudget | None = None) -> None:
-        """Register a rollout (its API key). Raises ValueError if it is open already or the id is empty."""
+    def open_rollout(self, rollout_id: str, budget: RolloutBudget | None = None, *, client: bool = False) -> None:
+        """Register a rollout (its API key). client: opened by an HTTP client, so max_auto_open applies.
+        Raises ValueError if it is open already or the id is empty; RequestError (429) past max_auto_open."""
         if not rollout_id or not isinstance(rollout_id, str):
             raise ValueError("rollout id must be a non-empty string")
         with self._lock:
             if rollout_id in self._rollouts:
                 raise ValueError(f"rollout {rollout_id!r} is already open")
+            if client:
+                self._check_room()
             self._rollouts[rollout_id] = _Rollout(rollout_id, budget or self.budget)
+
+    def _check_room(self) -> None:
+        """RequestError 429 when max_auto_open rollouts are open (self._lock held)."""
+        if len(self._rollouts) >= self.max_auto_open:
+            raise RequestError(429, f"{len(self._rollouts)} rollouts are open, the most this server keeps "
+                               f"(--max-open-rollouts); close finished ones with DELETE /rollouts/<id>",
+                               "too_many_rollouts")
 
     def trace(self, rollout_id: str) -> Trace:
         """The calls recorded so far. Raises KeyError for an unknown rollout."""
@@ -270,6 +287,7 @@ class PolicyServer:
         with self._lock:
             ro = self._rollouts.get(rollout_id)
             if ro is None and self.auto_open:
+                self._check_room()
                 ro = self._rollouts[rollout_id] = _Rollout(rollout_id, self.budget)
         if ro is None:
             raise RequestError(404, f"unknown rollout {rollout_id!r} (not open, or already closed)", "unknown_rollout")
