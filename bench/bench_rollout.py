@@ -170,22 +170,24 @@ def sdpa_backends(model, device: str, batch: int = 64, length: int = 1152) -> st
 
 
 def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = False, decode_attention: str = "matmul",
-                 use_cuda_graphs: bool | None = None) -> FastSampler:
+                 use_cuda_graphs: bool | None = None, compile_decode: bool = False) -> FastSampler:
     """The measured runs' FastSampler: no stop ids, `batch` slots, `steps` tokens per row unless a call gives
-    budgets, CUDA graphs as FastSampler decides (on for a CUDA model) unless `use_cuda_graphs` says."""
+    budgets, CUDA graphs as FastSampler decides (on for a CUDA model) unless `use_cuda_graphs` says, the decode
+    step's layers torch.compile'd with `compile_decode`."""
     return FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps), max_batch=batch,
-                       keep_kv=keep_kv, decode_attention=decode_attention, use_cuda_graphs=use_cuda_graphs)
+                       keep_kv=keep_kv, decode_attention=decode_attention, use_cuda_graphs=use_cuda_graphs,
+                       compile_decode=compile_decode)
 
 
 def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False,
-             decode_attention: str = "matmul") -> tuple[float, float]:
+             decode_attention: str = "matmul", compile_decode: bool = False) -> tuple[float, float]:
     """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run).
 
     keep_kv off by default: a kept row's KV is cloned out of the static cache when it finishes (the multi-turn
     reuse bench_reuse.py measures), a copy of every row's whole context per call that is not decoding."""
-    fs = make_sampler(model, len(contexts), steps, pad_id, keep_kv, decode_attention)
+    fs = make_sampler(model, len(contexts), steps, pad_id, keep_kv, decode_attention, compile_decode=compile_decode)
     budgets = [steps] * len(contexts)
-    fs(contexts, budgets)  # warm-up: allocates the cache, captures the graphs
+    fs(contexts, budgets)  # warm-up: allocates the cache, compiles (compile_decode), captures the graphs
     times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
     _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), device)
     return statistics.median(times), prefill_s
@@ -216,7 +218,7 @@ def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", 
     free(args.device)
     try:
         ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device, args.keep_kv,
-                                    attention)
+                                    attention, compile_decode=args.compile_decode)
         row.update(ours_tok_s=n_tok / ours_s, ours_dec_tok_s=batch * (args.steps - 1) / max(ours_s - ours_pre, 1e-9),
                    ours_peak_gib=peak_gib(args.device))
     except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
@@ -347,7 +349,8 @@ def profile_decode(model, args, batch: int, attention: str, measured: dict | Non
     ctxs = make_contexts(batch, args.ctx, model.config.vocab_size, seed=batch)
     budgets = [n + 1] * batch
     free(args.device)
-    fs = make_sampler(model, batch, n + 1, pad_id, args.keep_kv, attention, use_cuda_graphs=False)
+    fs = make_sampler(model, batch, n + 1, pad_id, args.keep_kv, attention, use_cuda_graphs=False,
+                      compile_decode=args.compile_decode)
     fs(ctxs, budgets)  # warm-up: allocates the cache, first kernels
     clock: dict = {"steps": 0, "first": None}
     decode_step = fs._decode_step
@@ -508,6 +511,9 @@ def main() -> int:
     p.add_argument("--decode-attention", dest="decode_attention", nargs="+", choices=DECODE_ATTENTION,
                    default=["matmul"], help="FastSampler decode_attention values, one row each per batch "
                    "(plain generate runs once per batch, beside the first)")
+    p.add_argument("--compile-decode", dest="compile_decode", action="store_true",
+                   help="FastSampler compile_decode: the decode step's layers and head through torch.compile, then "
+                   "captured (fuses the ~45 small kernels a layer; the warm-up call compiles)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
     p.add_argument("--check-only", dest="check_only", action="store_true",
                    help="only the log-prob check (one row per --decode-attention; e.g. with --dtype fp32)")
@@ -522,7 +528,7 @@ def main() -> int:
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     meta = device_meta(args.device) | {"model": model_name(args.config), "dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
                                       "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
-                                      "keep_kv": args.keep_kv,
+                                      "keep_kv": args.keep_kv, "compile_decode": args.compile_decode,
                                       "decode_attention": "/".join(args.decode_attention),
                                       # fp32 agreement needs full-fp32 GEMMs: what this process would use
                                       "fp32_matmul_precision": torch.get_float32_matmul_precision(),

@@ -11,6 +11,8 @@
 #             attention, elementwise/other) and by code region, wall ms per decode step with graphs off and on, the
 #             bound's ms per step, the profiler's top-30 table (profile_profile.txt; figures in profile.json's
 #             "profile")
+#   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 with the decode
+#             step's layers and head through torch.compile before capture (fusing the ~45 small kernels a layer)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
@@ -91,6 +93,8 @@ if [ -n "${SMOKE:-}" ]; then
   part rollout 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --decode-attention "${ATT[@]}"
   part profile 300 bench_rollout "${QWEN3[@]}" --batches 3 --ctx 40 --steps 6 --repeats 1 --skip-hf --no-check \
     --profile-steps 4 --decode-attention "${ATT[0]}"
+  part rollout_compiled 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --compile-decode \
+    --decode-attention "${ATT[0]}"
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
@@ -116,6 +120,10 @@ else
   # last part cut; PARTS=profile runs it alone
   part profile 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
     --profile-steps 16 --decode-attention "${ATT[0]}"
+  # rollout_compiled: the decode step's layers through torch.compile before capture (FastSampler compile_decode):
+  # the same rows as rollout's first attention at 64 / 256; the warm-up call compiles (an estimate: 60-90 s)
+  part rollout_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
+    --compile-decode --decode-attention "${ATT[0]}"
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   part update 85 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --extra-rows bf16:on:32768

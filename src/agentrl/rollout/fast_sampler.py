@@ -137,7 +137,8 @@ class FastSampler:
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
                  keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
-                 bucket_sizes: tuple[int, ...] | None = None, decode_attention: str = "matmul"):
+                 bucket_sizes: tuple[int, ...] | None = None, decode_attention: str = "matmul",
+                 compile_decode: bool = False):
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION}, "
                              f"got {decode_attention!r}")
@@ -168,6 +169,11 @@ class FastSampler:
         self.keep_kv, self.share_prompts, self.kv_store_tokens = keep_kv, share_prompts, kv_store_tokens
         self.store = PrefixStore(0)
         self.stats: dict[str, int] = {}
+        # compile_decode: the decode step's layers and head through torch.compile (inductor fuses each layer's
+        # norms, RoPE, residual adds and SiLU-mul, ~45 small kernels a layer, into a few); sampling and recording
+        # stay eager, so the captured graph draws its noise through the graph-safe default generator
+        self.compile_decode = bool(compile_decode)
+        self._forward = torch.compile(self._forward_eager, dynamic=True) if self.compile_decode else self._forward_eager
 
     # ---------------------------------------------------------------- public
     @torch.no_grad()
@@ -234,9 +240,16 @@ class FastSampler:
     def _decode_step(self, b: int, span: int) -> None:
         """One decode step for slots [0, b), attention over cache columns [0, span). All state in place: each
         live row feeds its last token at column lens[r] (its position), samples the next, advances lens."""
+        live = (~self.state.done[:b]).long()
+        tok, logp = self._sample(self._forward(b, span))
+        self._record(b, tok, logp)
+        self.state.lens[:b].add_(live)
+
+    def _forward_eager(self, b: int, span: int) -> torch.Tensor:
+        """The decode step's model part: [b, V] logits of slots [0, b) fed their last tokens, each row's K/V
+        written into its cache column lens[r] (torch.compile'd when compile_decode)."""
         st, ar = self.state, self.arch
         lens = st.lens[:b]
-        live = (~st.done[:b]).long()
         mask = key_mask(st.cols[None, :span] <= lens[:, None], self.decode_attention, self.dtype)
         cos, sin = self.rope[0][lens][:, None, None], self.rope[1][lens][:, None, None]  # [b, 1, 1, D]
         at = lens.view(b, 1, 1, 1).expand(b, ar.n_kv, 1, ar.head_dim)
@@ -249,9 +262,7 @@ class FastSampler:
             vc.scatter_(2, at, v)
             h = h + a.o_proj(attend(q, kc, vc, mask, self.decode_attention, ar.scaling))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        tok, logp = self._sample(ar.head(ar.norm(h[:, 0])))
-        self._record(b, tok, logp)
-        lens.add_(live)
+        return ar.head(ar.norm(h[:, 0]))
 
     def _record(self, b: int, tok: torch.Tensor, logp: torch.Tensor) -> None:
         """Store slot rows [0, b)'s sampled tokens at their own sample index; finished rows record padding."""
