@@ -8,6 +8,7 @@ elsewhere call `register_env`. Not the environments themselves, and not a plugin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import pkgutil
@@ -138,19 +139,25 @@ def fields_read(spec: EnvSpec, section: Any) -> set[str]:
 
 def ignored_env_settings(section: Any, defaults: Any) -> list[tuple[str, list[str]]]:
     """[(field, [environments that read it])] for each environment-specific field of `section` (an env
-    section: `cfg.env`) set away from its value in `defaults` that the chosen environment (`section.name`)
-    never reads, e.g. --shaped-reward (wordle's) in edit-menu. [] for an unknown environment name."""
+    section: `cfg.env`) set away from its value in `defaults` (a dataclass instance of the same section)
+    that the chosen environment (`section.name`) never reads, e.g. --shaped-reward (wordle's) in edit-menu.
+    [] for an unknown environment name. The environments' config_kwargs are probed only when some field
+    other than the chosen environment's common ones is set away from its default (a run's start-up path)."""
     specs = env_specs()
-    chosen = specs.get(getattr(section, "name", ""))
+    name = getattr(section, "name", "")
+    chosen = specs.get(name)
     if chosen is None:
         return []
-    used = fields_read(chosen, section)
+    changed = {f.name for f in dataclasses.fields(defaults)
+               if getattr(section, f.name, None) != getattr(defaults, f.name)} - set(chosen.common_fields)
+    if not changed:
+        return []
+    reads = {n: fields_read(spec, section) for n, spec in specs.items()}
     readers: dict[str, list[str]] = {}
-    for name, spec in specs.items():
-        for f in fields_read(spec, section) - set(spec.common_fields):
-            readers.setdefault(f, []).append(name)
-    return [(f, envs) for f, envs in sorted(readers.items())
-            if f not in used and hasattr(defaults, f) and getattr(section, f, None) != getattr(defaults, f)]
+    for n, spec in specs.items():
+        for f in reads[n] - set(spec.common_fields):
+            readers.setdefault(f, []).append(n)
+    return [(f, envs) for f, envs in sorted(readers.items()) if f in changed and f not in reads[name]]
 
 
 def env_names() -> tuple[str, ...]:
