@@ -115,9 +115,26 @@ def save_random_model(args, workdir: Path) -> str:
     model = make_model(args.config, "bf16", args.device, tiny=args.tiny)  # random init on the GPU is fast; each setting loads
     # it in its own dtype (RLConfig.dtype)
     model.save_pretrained(workdir / "model")
-    load_tokenizer(qwen3_tokenizer_source()).save_pretrained(workdir / "model")
+    load_tokenizer(tokenizer_source(args.config)).save_pretrained(workdir / "model")
     del model
     return str(workdir / "model")
+
+
+def tokenizer_source(config: str | None) -> str:
+    """The real Qwen3 tokenizer (agentrl.models.presets.qwen3_tokenizer_source); where that asset is absent (a
+    GPU host that got only the repository) and --config names a pretrained model converted into the models
+    cache (`agentrl assets fetch NAME`), that model's own tokenizer, the same 151,936-id vocabulary family.
+
+    Raises: FileNotFoundError naming both places when neither is there."""
+    try:
+        return qwen3_tokenizer_source()
+    except FileNotFoundError as e:
+        from agentrl.models.pretrained import models_cache_dir
+
+        cached = models_cache_dir() / str(config or "")
+        if config and (cached / "tokenizer_config.json").is_file():
+            return str(cached)
+        raise FileNotFoundError(f"{e}; nor a converted {config!r} in {models_cache_dir()}") from e
 
 
 def register_step(sess, replay: ExpertReplaySampler, step: int) -> None:

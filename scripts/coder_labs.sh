@@ -22,7 +22,7 @@
 # TRL_S (seconds of TRL training steps, default TRAIN_S), OC_SFT_TASKS (opencode expert episodes, default 64),
 # TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU), TRL_TRAIN / TRL_EVAL
 # (TRL's training problems and fixed eval set, default 170 / 64), MBPP_EVAL_SIZE (the one-pass scoring, default 257),
-# TRL_WARM (auto | 0 | 1, below), WORDLE_FLAGS (default --max-turns 10 --shaped-reward).
+# TRL_WARM (auto | 0 | 1, below), SCORE_RAW (1: score the raw model too in the 257 pass), WORDLE_FLAGS (default --max-turns 10 --shaped-reward).
 set -uo pipefail
 ROOT=${1:?usage: coder_labs.sh OUT_ROOT RUN...}
 shift
@@ -122,7 +122,8 @@ run_trl_mbpp() {  # TRL drives the loop; the environment owns the reward; bf16 f
     --seed "$seed" --dataset-size "${TRL_TRAIN:-170}" --eval-size "${TRL_EVAL:-64}" --eval-first --eval-steps "${TRL_EVAL_STEPS:-3}" --max-train-s "${TRL_S:-$TRAIN_S}" --per-device-eval-batch-size 64 \
     --per-device-train-batch-size 4 --gradient-accumulation-steps 4 \
     --max-completion-length "${TRL_COMPLETION:-1024}" --learning-rate "${TRL_LR:-1e-6}" ${TRL_FLAGS---bf16} --output-dir "$d/trl"
-  local models=("$base")
+  local models=()  # SCORE_RAW=0: leave the raw model out of the one-pass scoring when a warm start is scored
+  { [ "${SCORE_RAW:-1}" = 1 ] || [ "$start" = "$base" ]; } && models+=("$base")
   [ "$start" != "$base" ] && models+=("$start")
   timeout "$(left)" "$PY" -m agentrl eval --env-url "http://127.0.0.1:$peval" --models "${models[@]}" "$d/trl" --eval-n 1 \
     --concurrency 160 --gen-batch 160 --dtype bf16 --device "$DEVICE" --max-new-tokens 512 --seed "$seed" \
@@ -132,13 +133,16 @@ run_trl_mbpp() {  # TRL drives the loop; the environment owns the reward; bf16 f
   return 0
 }
 
-run_opencode() {  # the black box: expert rows through opencode itself, then async GRPO, opencode per episode
+run_opencode() {  # the black box: expert rows through opencode itself, then async GRPO, opencode per episode.
+  # Checkpointing and 8192-token microbatches: without them the 1.5B's fp32 update of two 8k-token rows took the
+  # process to 108 GB beside the fast sampler and ran out of memory in step 1 (results/coder/opencode-1.5b-oom)
   local seed=$1 d=$2
   timeout "$(left)" "$PY" -m agentrl sft --model "$M" --env coding-tools --agent opencode --random-op --gradient-checkpointing \
     --families "$WRITEUP" --n-tasks "${OC_SFT_TASKS:-64}" --epochs 2 --lr 2e-5 --batch 16 --micro 4 --max-tokens 8192 \
     --dtype bf16 --seed "$seed" --device "$DEVICE" --out "$d/sft" &&
     grpo "$seed" "$d/sft" coding-tools "$d/rl" --agent opencode --async-rollouts --max-staleness 1 \
       --families "$WRITEUP" --eval-n 4 --prompts-per-step 4 --group-size 8 --gen-batch 32 --micro 2 \
+      --gradient-checkpointing --micro-tokens 8192 \
       --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240
 }
 

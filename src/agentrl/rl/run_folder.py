@@ -146,5 +146,35 @@ def record_failure(results: RunResults | None, cfg: RLConfig, out: Path, error: 
         results.finish(status, wall_clock_s=wall_clock_s, error=f"{type(error).__name__}: {error}")
     log.error("run %s: %s: %s (results: %s)", status, type(error).__name__, error,
               results.path if results is not None else "none written")
+    hint = memory_hint(cfg, error)
+    if hint:
+        log.error("%s", hint)
     if results is not None:
         log.error("%s", resume_hint(cfg, out))
+
+
+def memory_hint(cfg: RLConfig, error: BaseException) -> str:
+    """For an out-of-memory error (torch.OutOfMemoryError, or any error whose text says "out of memory"): the
+    settings that bound this run's memory and the ones to change, in the order they usually pay; else "".
+
+    The update's activations grow with the tokens of one microbatch (rows x context, every layer's activations
+    kept for backward unless checkpointed); the fast sampler's static KV cache with gen_batch x
+    max_context_tokens; an asynchronous run holds both at once."""
+    if type(error).__name__ != "OutOfMemoryError" and "out of memory" not in str(error).lower():
+        return ""
+    u, s = cfg.update, cfg.sampling
+    steps = []
+    if not u.gradient_checkpointing:
+        steps.append("--gradient-checkpointing (recompute each layer's activations in backward)")
+    if not u.micro_tokens:
+        steps.append(f"--micro-tokens {max(1024, s.max_context_tokens)} (token-budget microbatches instead of "
+                     f"--micro {u.micro} rows of up to {s.max_context_tokens} tokens)")
+    else:
+        steps.append(f"a smaller --micro-tokens than {u.micro_tokens}")
+    steps.append(f"a smaller --gen-batch than {cfg.sampling.gen_batch} (the sampler's KV cache)")
+    if cfg.policy.dtype == "fp32":
+        steps.append("--dtype bf16 (weights, gradients and the sampler's cache in half the bytes)")
+    return "out of GPU memory: this run's memory is set by " + "; ".join(
+        [f"micro {u.micro}", f"micro_tokens {u.micro_tokens}", f"gradient_checkpointing {u.gradient_checkpointing}",
+         f"gen_batch {cfg.sampling.gen_batch}", f"max_context_tokens {s.max_context_tokens}",
+         f"dtype {cfg.policy.dtype}"]) + ". Try, in this order: " + "; ".join(steps)

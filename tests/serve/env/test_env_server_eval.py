@@ -22,9 +22,10 @@ def test_paired_difference_against_the_first_model_on_common_tasks():
     diff = better.diff_vs_first
     assert diff.mean == pytest.approx(1 / 3)  # (0.5 + 0.5 + 0) / 3
     assert 0.0 <= diff.lo <= 1 / 3 <= diff.hi <= 0.5  # every per-task difference is 0 or 0.5
-    assert base.diff_vs_first is None
+    assert base.diff_vs_first is None and base.pass_diff_vs_first is None
+    assert better.pass_diff_vs_first.mean == pytest.approx(1 / 3)  # solved: b only newly (0 -> 1) of a, b, c
     table = render_table([base, better], 3, 1, 0.05)
-    assert "base" in table and "+0.333" in table
+    assert "base" in table and "+0.333" in table and "pass@1 vs first" in table
 
 
 def test_equal_models_have_an_undefined_difference_interval():
@@ -54,6 +55,11 @@ def test_cli_scores_two_models_through_one_server(tmp_path, capsys):
     assert len(result["tasks"]) == 2 and result["compared_tasks"] == result["tasks"]
     second = result["models"][1]
     assert second["diff_vs_first"]["mean"] == 0.0 and sum(second["end_reasons"].values()) == 2
+    assert second["pass_diff_vs_first"]["mean"] == 0.0
+    for i in (0, 1):  # each model's episodes, readable
+        rows = [json.loads(line) for line in (out / "transcripts" / f"{i}.jsonl").read_text().splitlines()]
+        assert sorted(r["task_id"] for r in rows) == sorted(result["tasks"])
+        assert all(r["model"] == "tiny-qwen3" and r["transcript"] for r in rows)
     assert "held-out: 2 tasks x 1 episodes" in capsys.readouterr().out
 
 

@@ -31,6 +31,8 @@ class ModelScore:
         pass_at_1: Interval of the mean over tasks of each task's solved fraction (reward >= 1).
         diff_vs_first: Interval of the paired difference of mean reward against the first model (None
             for the first itself).
+        pass_diff_vs_first: the same for pass@1 (each task's solved fraction): the figure the write-up's
+            "0.518 -> 0.582" compares; mean reward also credits partly passing hidden tests.
         per_task_reward: task id -> mean reward over its scorable episodes.
         per_task_solved: task id -> fraction of its scorable episodes with reward >= 1.
         unscorable: episodes without a reward (sandbox failures); excluded from the means.
@@ -41,6 +43,7 @@ class ModelScore:
     mean_reward: Any = None
     pass_at_1: Any = None
     diff_vs_first: Any = None
+    pass_diff_vs_first: Any = None
     per_task_reward: dict[str, float] = field(default_factory=dict)
     per_task_solved: dict[str, float] = field(default_factory=dict)
     unscorable: int = 0
@@ -49,7 +52,7 @@ class ModelScore:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (intervals as Interval.to_dict())."""
         out = asdict(self)
-        for k in ("mean_reward", "pass_at_1", "diff_vs_first"):
+        for k in ("mean_reward", "pass_at_1", "diff_vs_first", "pass_diff_vs_first"):
             iv = getattr(self, k)
             out[k] = iv.to_dict() if iv is not None else None
         return out
@@ -111,11 +114,14 @@ def score_models(scores: list[ModelScore], *, n_boot: int, alpha: float, seed: i
     if not common:
         raise ValueError("no held-out task was scorable for every model; nothing to compare")
     first = np.array([scores[0].per_task_reward[t] for t in common])
+    first_solved = np.array([scores[0].per_task_solved[t] for t in common])
     for i, s in enumerate(scores):
         rewards = np.array([s.per_task_reward[t] for t in common])
+        solved = np.array([s.per_task_solved[t] for t in common])
         s.mean_reward = bootstrap_mean(rewards, boot, what="mean reward")
-        s.pass_at_1 = bootstrap_mean(np.array([s.per_task_solved[t] for t in common]), boot, what="pass rate")
+        s.pass_at_1 = bootstrap_mean(solved, boot, what="pass rate")
         s.diff_vs_first = None if i == 0 else bootstrap_mean(rewards - first, boot, what="difference")
+        s.pass_diff_vs_first = None if i == 0 else bootstrap_mean(solved - first_solved, boot, what="difference")
     return common
 
 
@@ -126,12 +132,14 @@ def render_table(scores: list[ModelScore], n_tasks: int, eval_n: int, alpha: flo
     from rich.table import Table
 
     level = f"{100 * (1 - alpha):g}%"
-    table = Table(title=f"held-out: {n_tasks} tasks x {eval_n} episodes, {level} task-level bootstrap intervals")
-    for col in ("model", "mean reward", "pass@1", f"vs {scores[0].model}", "unscorable"):
+    table = Table(title=f"held-out: {n_tasks} tasks x {eval_n} episodes, {level} task-level bootstrap intervals; "
+                        f"differences paired by task against the first model, {scores[0].model}")
+    for col in ("model", "mean reward", "pass@1", "mean reward vs first", "pass@1 vs first", "unscorable"):
         table.add_column(col, no_wrap=True)
     for s in scores:
         diff = "-" if s.diff_vs_first is None else s.diff_vs_first.describe(signed=True)
-        cells = (s.model, s.mean_reward.describe(), s.pass_at_1.describe(), diff, str(s.unscorable))
+        pdiff = "-" if s.pass_diff_vs_first is None else s.pass_diff_vs_first.describe(signed=True)
+        cells = (s.model, s.mean_reward.describe(), s.pass_at_1.describe(), diff, pdiff, str(s.unscorable))
         table.add_row(*(escape(c) for c in cells))  # "[n/a: ...]" is text, not rich markup
     console = Console(width=400, record=True, force_terminal=False)
     with console.capture() as cap:
@@ -141,7 +149,8 @@ def render_table(scores: list[ModelScore], n_tasks: int, eval_n: int, alpha: flo
 
 def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) -> dict[str, Any]:
     """Score `models` on the server's held-out split (first `cfg.eval.size` tasks, 0 = all), `cfg.eval.n`
-    episodes each, print the table and write `<cfg.run.out>/served_eval.json`.
+    episodes each, print the table and write `<cfg.run.out>/served_eval.json` and each model's episodes as
+    `<cfg.run.out>/transcripts/<i>.jsonl` (i: the model's position in `models`).
 
     Args:
         cfg: an agentrl.rl.RLConfig (sampling, context budget, dtype, device, seed, n_boot, alpha, out).
@@ -172,8 +181,10 @@ def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) ->
             "n_boot": cfg.eval.n_boot, "seed": cfg.run.seed}
     path = Path(cfg.run.out) / "served_eval.json"
     scores: list[ModelScore] = []
-    for m in models:  # each model's score is on disk before the next one loads: a later failure loses none
-        scores.append(_score(m, _rollouts(cfg, url, env_name, m, tasks, concurrency), ids))
+    for i, m in enumerate(models):  # each model's score is on disk before the next loads: a later failure loses none
+        trajs = _rollouts(cfg, url, env_name, m, tasks, concurrency)
+        _write_transcripts(path.parent / "transcripts" / f"{i}.jsonl", m, trajs)
+        scores.append(_score(m, trajs, ids))
         if len(scores) < len(models):
             _write_json(path, head | {"complete": False, "models": [s.to_dict() for s in scores]})
     common = score_models(scores, n_boot=cfg.eval.n_boot, alpha=cfg.eval.alpha, seed=cfg.run.seed)
@@ -200,6 +211,16 @@ def check_model_paths(models: list[str]) -> None:
     missing = [m for m in models if model_path_missing(m)]
     if missing:
         raise FileNotFoundError("model path(s) that do not exist: " + ", ".join(repr(m) for m in missing))
+
+
+def _write_transcripts(path: Path, model: str, trajs: list) -> None:
+    """One JSON line per episode of `model`: task, reward, end reason and the rendered transcript (what the
+    policy wrote and the environment answered), so a served evaluation can be read, not only counted."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for tr in trajs:
+            f.write(json.dumps({"model": model, "task_id": tr.task_id, "reward": tr.reward,
+                                "end_reason": tr.end_reason, "transcript": tr.transcript}, default=_json_default) + "\n")
 
 
 def _write_json(path: Path, result: dict[str, Any]) -> None:
