@@ -3,9 +3,8 @@ a coder config takes the converted model's own (the issue-26 coder step row fail
 
 from __future__ import annotations
 
-import pytest
-
 import bench_step
+import pytest
 
 
 def _no_asset():
