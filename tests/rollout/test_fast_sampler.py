@@ -240,5 +240,7 @@ def test_compiled_decode_step_samples_what_the_eager_one_does(policy):
     got = compiled(ctx, budgets)
     assert [s.ids for s in got] == [s.ids for s in eager]
     assert max(abs(a - b) for s, e in zip(got, eager, strict=True) for a, b in zip(s.logprobs, e.logprobs, strict=True)) < 1e-4
-    # the decode step ran compiled as one graph (a graph break would leave its kernels unfused)
+    # each layer's step ran compiled as one graph (a graph break would leave its kernels unfused), and the layers
+    # share the compiled code (regional compilation): the graphs do not grow with the layer count
     assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    assert len(model.model.layers) >= 2 and counters["stats"]["unique_graphs"] < len(model.model.layers)
