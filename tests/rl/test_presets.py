@@ -77,7 +77,7 @@ def test_unknown_preset_is_a_clear_error(capsys):
     with pytest.raises(SystemExit) as exit_:  # argparse's choice error, not an internal class name
         main(["train", "--preset", "nope", "--out", "/nonexistent/x"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "argument --preset: invalid choice: 'nope' (choose from '', 'demo')" in err
+    assert exit_.value.code == 2 and "argument --preset: invalid choice: 'nope' (choose from '', 'demo', 'quick')" in err
     assert "RLConfig" not in err
 
 
@@ -144,3 +144,10 @@ def test_cpu_threads_hold_while_a_run_is_open_and_are_restored():
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="RLConfig.cpu_threads"):
         RLConfig.from_flat(cpu_threads=-1)
+
+
+def test_quick_is_the_demo_with_ten_steps():
+    """`agentrl train --preset quick`: the newcomer's first run (about 2 minutes on 2 cores), the demo otherwise."""
+    quick = _cfg(["--preset", "quick"])
+    assert quick == RLConfig.from_preset("demo", steps=10, preset="quick")
+    assert quick.run.steps == 10 and quick.run.preset == "quick" and quick.warm_start.method == "sft"
