@@ -29,6 +29,8 @@ from issue15_summary import summary_main  # noqa: E402
 # but for the logprob part, so the fp32 figures the update and step benchmarks also name are left out.
 PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "rollout": ("bench_rollout", {"1": "1", "4": "4"}),
+    "rollout_compiled": ("bench_rollout", {"1": "1"}),  # the decode layer compiled (FastSampler compile_decode)
+    "rollout_flex": ("bench_rollout", {"1": "1"}),  # decode_attention flex (compiled layer, FlexAttention)
     "logprob": ("bench_rollout", {"4": "4"}),
     "ragged": ("bench_ragged", {"4": "2"}),
     "step": ("bench_step", {"7": "3"}),
@@ -105,8 +107,11 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
         for t in found:
             if part in BF16_ONLY and "fp32" in t["figure"]:
                 continue
+            if part.startswith("rollout_") and "plain generate" in t["figure"]:
+                continue  # the variants run without plain generate (--skip-hf): only their decode fractions
             if t["target"] in renumber:
-                figures.append({"part": part, **t, "target": renumber[t["target"]]})
+                tag = f" [{part}]" if part.startswith("rollout_") else ""  # the variant the figure measured
+                figures.append({"part": part, **t, "figure": t["figure"] + tag, "target": renumber[t["target"]]})
     for key in REAL_MODELS:
         figures += [{"part": f"*_{key}", **t} for t in real_model_figures(key, parts)]
     figures.sort(key=lambda t: int(t["target"]))

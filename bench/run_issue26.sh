@@ -11,8 +11,9 @@
 #             attention, elementwise/other) and by code region, wall ms per decode step with graphs off and on, the
 #             bound's ms per step, the profiler's top-30 table (profile_profile.txt; figures in profile.json's
 #             "profile")
-#   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 with the decode
-#             step's layers and head through torch.compile before capture (fusing the ~45 small kernels a layer)
+#   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 with each
+#             decoder layer's step through one torch.compile'd function before capture (fusing ~50 small kernels a layer)
+#   rollout_flex   the same rows with decode_attention flex (FlexAttention's split-KV decoding kernel, compiled layer)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
@@ -95,6 +96,7 @@ if [ -n "${SMOKE:-}" ]; then
     --profile-steps 4 --decode-attention "${ATT[0]}"
   part rollout_compiled 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --compile-decode \
     --decode-attention "${ATT[0]}"
+  part rollout_flex 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention flex
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
@@ -124,6 +126,9 @@ else
   # the same rows as rollout's first attention at 64 / 256; the warm-up call compiles (an estimate: 60-90 s)
   part rollout_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --compile-decode --decode-attention "${ATT[0]}"
+  # rollout_flex: FlexAttention's decoding kernel (split-KV, GQA, row lengths as a score mod) in the compiled layer
+  part rollout_flex 120 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
+    --decode-attention flex
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   part update 85 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --extra-rows bf16:on:32768

@@ -13,11 +13,13 @@ from agentrl.rl.batch import TrainBatch
 from agentrl.rl.config import RLConfig
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.update import accumulate_gradients
-from agentrl.rollout.decode_attention import DECODE_ATTENTION, attend, key_mask
+from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, attend, key_mask
 from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for
 from agentrl.rollout.hf_sampler import SamplingConfig, sample_turns
 
 BUDGETS = [1, 2, 3, 17, 4, 5, 20, 6, 2, 9, 13]  # ragged: rows finish at different steps (compaction)
+# the forms the sampler runs eagerly; "flex" compiles the decode layer (seconds per shape on CPU): its own test below
+EAGER = tuple(a for a in DECODE_ATTENTION if a not in COMPILED_ONLY)
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +72,12 @@ def test_sdpa_logprobs_equal_matmul_and_plain_forward_on_a_ragged_batch(policy):
     model, tok = policy
     ctx = contexts(tok, 11)
     got = {}
-    for att in DECODE_ATTENTION:
+    for att in EAGER:
         torch.manual_seed(0)
         got[att] = sampler(model, tok, att)(ctx, BUDGETS)
         assert [len(s.ids) for s in got[att]] == BUDGETS
     mm = torch.tensor([x for s in got["matmul"] for x in s.logprobs])
-    for att in DECODE_ATTENTION:
+    for att in EAGER:
         assert [s.ids for s in got[att]] == [s.ids for s in got["matmul"]], att
         lp = torch.tensor([x for s in got[att] for x in s.logprobs])
         fw = torch.cat([forward_logprobs(model, c, s.ids) for c, s in zip(ctx, got[att], strict=True)])
@@ -89,7 +91,7 @@ def test_sdpa_greedy_tokens_equal_matmul_and_reference_sampler(policy):
     ctx = contexts(tok, 11)
     greedy = SamplingConfig(max_new_tokens=20, top_k=1)
     ref = sample_turns(model, ctx, stop_ids=(EOT,), pad_id=tok.pad_token_id, cfg=greedy, max_new_tokens=BUDGETS)
-    ids = {att: [s.ids for s in sampler(model, tok, att, cfg=greedy)(ctx, BUDGETS)] for att in DECODE_ATTENTION}
+    ids = {att: [s.ids for s in sampler(model, tok, att, cfg=greedy)(ctx, BUDGETS)] for att in EAGER}
     assert ids["sdpa"] == ids["sdpa_gqa"] == ids["matmul"] == [s.ids for s in ref]
 
 
@@ -124,7 +126,36 @@ def _two_turn_rows(model, tok, attention):
     return rows
 
 
-@pytest.mark.parametrize("attention", DECODE_ATTENTION)
+def test_flex_attention_compiled_equals_matmul_on_a_ragged_batch(policy):
+    """"flex" (FlexAttention, the decode layer compiled): the same tokens as "matmul" for the same seed and
+    log-probs within 1e-5 mean of its and of a plain forward's, on ragged budgets (rows finishing early)."""
+    model, tok = policy
+    ctx, budgets = contexts(tok, 4), [3, 6, 1, 5]
+    got = {}
+    for att in ("matmul", "flex"):
+        torch.manual_seed(0)
+        fs = sampler(model, tok, att)
+        got[att] = fs(ctx, budgets)
+    assert fs.compile_decode  # "flex" implies the compiled layer
+    assert [s.ids for s in got["flex"]] == [s.ids for s in got["matmul"]]
+    lp = torch.tensor([x for s in got["flex"] for x in s.logprobs])
+    mm = torch.tensor([x for s in got["matmul"] for x in s.logprobs])
+    fw = torch.cat([forward_logprobs(model, c, s.ids) for c, s in zip(ctx, got["flex"], strict=True)])
+    assert (lp - mm).abs().mean().item() < 1e-5 and (lp - fw).abs().mean().item() < 1e-5
+
+
+def test_flex_attend_compiled_equals_the_reference():
+    """attend(.., "flex") inside torch.compile (the fused path) on ragged GQA masks, against "matmul"."""
+    torch.manual_seed(4)
+    b, nh, nkv, d, length = 3, 4, 2, 16, 32
+    q, k, v = torch.randn(b, nh, 1, d), torch.randn(b, nkv, length, d), torch.randn(b, nkv, length, d)
+    valid = torch.arange(length)[None] <= torch.tensor([0, 9, 31])[:, None]
+    ref = attend(q, k, v, key_mask(valid, "matmul", q.dtype), "matmul", 0.25)
+    fused = torch.compile(attend, dynamic=False)(q, k, v, key_mask(valid, "flex", q.dtype), "flex", 0.25)
+    assert (fused - ref).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("attention", EAGER)
 def test_sampler_logprobs_equal_the_trainers_across_kept_kv_turns(policy, attention):
     """Issue 26 item 4 on CPU: fp32 sampler log-probs (group-shared prefill, kept KV for turn 2, ragged budgets)
     vs the update's recomputation: policy_logprobs directly and accumulate_gradients' logprob_gap_abs (the

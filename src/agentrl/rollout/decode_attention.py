@@ -13,6 +13,13 @@ lengths live in the mask tensor) and equal up to float rounding (tests/rollout/t
 - "sdpa_gqa": the same call as `enable_gqa=True` over q [b, heads, 1, D]. With a mask, PyTorch's fused CUDA
   kernels do not take GQA (the flash kernel takes no mask), so expect the math fallback; kept so that the
   benchmark (bench/bench_rollout.py --decode-attention) measures that rather than assumes it.
+- "flex": PyTorch's FlexAttention (`torch.nn.attention.flex_attention`, torch >= 2.5) with `enable_gqa=True` and
+  the row lengths as a score modification (-inf past the row's written keys). Under torch.compile, inductor
+  generates a split-KV decoding kernel for a one-token query (FlexDecoding, as flash-decoding: the key axis split
+  across thread blocks, each KV byte read once, GQA heads sharing their KV head's loads); eager it runs an
+  unfused reference, so FastSampler compiles the decode layer whenever this form is chosen. The H200 profile
+  (bench/README.md) measured cuDNN's flash forward, which the "sdpa" form reaches, at about 60% of the bandwidth
+  on this shape.
 """
 
 from __future__ import annotations
@@ -20,14 +27,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa")  # the forms; the first is FastSampler's default
+DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa", "flex")  # the forms; the first is FastSampler's default
+COMPILED_ONLY = ("flex",)  # forms that run fused only inside torch.compile (FastSampler then compiles its layers)
 
 
 def key_mask(valid: torch.Tensor, form: str, dtype: torch.dtype) -> torch.Tensor:
     """valid [b, L] bool (True: a written key of the row; every row needs at least one) -> the mask `attend`
-    takes: `valid` itself for "matmul", else an additive [b, 1, 1, L] mask of `dtype` (0 where valid, -inf
-    elsewhere), built once per step and shared by every layer."""
-    if form == "matmul":
+    takes: `valid` itself for "matmul" and "flex", else an additive [b, 1, 1, L] mask of `dtype` (0 where valid,
+    -inf elsewhere), built once per step and shared by every layer."""
+    if form in ("matmul", "flex"):
         return valid
     bias = torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill_(~valid, float("-inf"))
     return bias[:, None, None, :]
@@ -43,6 +51,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     """
     b, nh, _, d = q.shape
     nkv = k.shape[1]
+    if form == "flex":
+        return _flex(q, k, v, mask, scale).reshape(b, 1, nh * d)
     if form == "sdpa_gqa":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True).reshape(
             b, 1, nh * d)
@@ -54,3 +64,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     s = torch.matmul(qg, k.transpose(-1, -2)) * scale
     p = s.float().masked_fill(~mask[:, None, None, :], float("-inf")).softmax(-1).to(q.dtype)
     return torch.matmul(p, v).reshape(b, 1, nh * d)  # [b, nkv, g, D] -> heads in HF order
+
+
+def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
+    """FlexAttention over the cache: q [b, nh, 1, D], k/v [b, nkv, L, D], valid [b, L] bool -> [b, nh, 1, D]."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def written_keys_only(score, bi, h, qi, ki):  # a key past the row's length (or a pad column) gets -inf
+        return torch.where(valid[bi, ki], score, -float("inf"))
+
+    return flex_attention(q, k, v, score_mod=written_keys_only, enable_gqa=True, scale=scale)

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from agentrl.rollout.decode_attention import DECODE_ATTENTION, attend, key_mask
+from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, attend, key_mask
 from agentrl.rollout.fast_model import (
     SlotState,
     arch_of,
@@ -119,8 +119,11 @@ class FastSampler:
         kv_store_tokens: cap on tokens kept by keep_kv (default: the static cache's rows x columns).
         bucket_sizes: the batch sizes live rows may be compacted into (each its own CUDA graph per span;
             default DEFAULT_BUCKETS, powers of two from 8).
-        decode_attention: "matmul" (default), "sdpa" or "sdpa_gqa": how a decode step attends over the static
-            cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to rounding.
+        decode_attention: "matmul" (default), "sdpa", "sdpa_gqa" or "flex": how a decode step attends over the
+            static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to
+            rounding. "flex" implies compile_decode (FlexAttention is fused only under torch.compile).
+        compile_decode: each decoder layer's decode step through torch.compile (one compiled function shared by
+            every layer); the first calls pay the compile.
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (KV taken from kept rows), shared_rows (rows that copied a group leader's KV),
@@ -175,8 +178,13 @@ class FastSampler:
         # weights are graph inputs), so compile time is one layer's, not 28 unrolled layers' (the whole-step
         # compile did not finish a first row in 119 s on the H200). Embedding, final norm, head, sampling and
         # recording stay eager (the captured graph draws its noise through the graph-safe default generator).
-        self.compile_decode = bool(compile_decode)
-        self._layer_step = torch.compile(decode_layer) if self.compile_decode else decode_layer
+        self.compile_decode = bool(compile_decode) or decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
+        # dynamic shapes (batch bucket, span) except FlexAttention on CPU, whose C++ template fails to build with a
+        # symbolic key length (torch 2.13: `cur_kvSplitSize2` undeclared); there each shape compiles, and past
+        # dynamo's recompile limit the step runs eager (the unfused reference: correct, slow)
+        static = decode_attention in COMPILED_ONLY and self.device.type == "cpu"
+        self._layer_step = (torch.compile(decode_layer, dynamic=False if static else None) if self.compile_decode
+                            else decode_layer)
 
     # ---------------------------------------------------------------- public
     @torch.no_grad()
