@@ -224,3 +224,51 @@ def test_compiled_layers_give_the_eager_loss_and_gradient_fp32(tiny_qwen3, make_
     assert l1 == pytest.approx(l0, rel=1e-5)
     for a, c in zip(g0, g1, strict=True):
         assert (a - c).abs().max() <= 1e-5 * a.abs().max().clamp(min=1.0)
+
+
+def test_out_of_memory_reruns_the_minibatch_with_smaller_microbatches(tiny_qwen3, make_batch, monkeypatch, caplog):
+    """Memory-aware update: a microbatch of more than 2 rows "runs out of memory" (a 1.5B fp32 opencode update on the
+    H200 did, at two 8k-token rows); the minibatch runs again from zero gradients at micro 4, then 2, and the step
+    equals the one taken at micro 2 from the start (one normalizer per minibatch); later steps start at micro 2."""
+    import agentrl.rl.update as upd
+
+    real = upd.policy_logprobs
+    sizes = []
+
+    def limited(model, input_ids, *a, **kw):
+        sizes.append(input_ids.shape[0])
+        if input_ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 336.00 MiB")
+        return real(model, input_ids, *a, **kw)
+
+    b = make_batch(n=8)
+    want = tiny_qwen3(dtype=torch.float64)
+    got = copy.deepcopy(want)
+    minibatch_step(want, torch.optim.SGD(want.parameters(), lr=0.01), b, _cfg(micro=2))
+    monkeypatch.setattr(upd, "policy_logprobs", limited)
+    opt = torch.optim.SGD(got.parameters(), lr=0.01)
+    with caplog.at_level("WARNING", logger="agentrl"):
+        st = minibatch_step(got, opt, b, _cfg(micro=8))
+    for p, q in zip(got.parameters(), want.parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=1e-9, atol=1e-12)
+    assert st["tokens_trained"] == b.num_policy_tokens
+    assert sizes[:2] == [8, 4] and set(sizes[2:]) == {2}
+    assert sum("running the minibatch again with micro 4" in r.getMessage() for r in caplog.records) == 1
+    sizes.clear()
+    minibatch_step(got, opt, b, _cfg(micro=8))  # remembered for this model: no failed attempt
+    assert set(sizes) == {2}
+
+
+def test_out_of_memory_at_the_floor_propagates(tiny_qwen3, make_batch, monkeypatch):
+    import agentrl.rl.update as upd
+
+    def always(*a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(upd, "policy_logprobs", always)
+    model = tiny_qwen3(dtype=torch.float64)
+    with pytest.raises(torch.OutOfMemoryError):
+        minibatch_step(model, torch.optim.SGD(model.parameters(), lr=0.01), make_batch(n=4), _cfg(micro=2))
+    assert upd.smaller_microbatches(_cfg(micro_tokens=4096).update).micro_tokens == 2048
+    assert upd.smaller_microbatches(_cfg(micro_tokens=300).update) is None
+    assert upd.smaller_microbatches(_cfg(micro=1).update) is None

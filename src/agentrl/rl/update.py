@@ -4,14 +4,22 @@ Not the rollout or the trainer loop. The exactness rule (DESIGN.md rule 4): each
 normalizer, its total policy tokens (zero-advantage rows included), so summing microbatch losses gives
 the minibatch loss and microbatching never changes the gradient; zero-advantage rows contribute exactly
 zero gradient when there is no KL term, so their backward pass is skipped.
+
+Memory-aware: a minibatch that runs out of accelerator memory runs again with microbatches half as large (rows or
+token budget) until it fits, and the sizes that fit are kept for the model (`_accumulate_fitting`); by the
+exactness rule the gradient does not change.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import logging
 import math
 import resource
 import sys
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -21,6 +29,11 @@ from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
+
+log = logging.getLogger("agentrl")
+# per model, the microbatch limits (micro, micro_tokens) that fit after an out-of-memory backoff (_fitting_update)
+_FITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+MIN_MICRO_TOKENS = 256  # the smallest token budget the backoff halves down to
 
 _WEIGHTED = ("ratio_mean", "clip_frac_low", "clip_frac_high", "clip_frac", "kl_sampler", "kl_ref",
              "logprob_gap_abs", "logprob_gap", "entropy", "outside_support")
@@ -189,7 +202,7 @@ def _one_minibatch(model, optimizer, mb: TrainBatch, cfg, params, ref_model) -> 
     normalizer = mb.num_policy_tokens
     if normalizer == 0:
         return {"loss": 0.0, "grad_norm": 0.0, "rows_skipped": float(mb.num_rows), "tokens_trained": 0.0}
-    st = accumulate_gradients(model, mb, cfg, normalizer=normalizer, ref_model=ref_model)
+    st = _accumulate_fitting(model, mb, cfg, normalizer, ref_model)
     with_grad = [p for p in params if p.grad is not None]
     if with_grad:
         st["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(with_grad, cfg.update.max_grad_norm))
@@ -198,6 +211,43 @@ def _one_minibatch(model, optimizer, mb: TrainBatch, cfg, params, ref_model) -> 
         st["grad_norm"] = 0.0
     optimizer.zero_grad(set_to_none=True)
     return st
+
+
+def smaller_microbatches(update: Any) -> Any | None:
+    """The update section with microbatches half as large: micro_tokens halved (token budgets, down to
+    MIN_MICRO_TOKENS), else micro rows halved (down to 1); None when already at the floor."""
+    if update.micro_tokens:
+        half = update.micro_tokens // 2
+        return dataclasses.replace(update, micro_tokens=half) if half >= MIN_MICRO_TOKENS else None
+    return dataclasses.replace(update, micro=update.micro // 2) if update.micro > 1 else None
+
+
+def _accumulate_fitting(model, mb: TrainBatch, cfg, normalizer: float, ref_model) -> dict[str, float]:
+    """accumulate_gradients, memory-aware: on an out-of-memory error the minibatch runs again from zero gradients
+    with microbatches half as large (smaller_microbatches), until it fits or the floor is reached (then the error
+    propagates, and the run's failure names the settings to change: agentrl.rl.run_folder.memory_hint). The limits
+    that fit are kept for `model` for the rest of the run, so later steps do not pay the failed attempt again.
+    The gradient is the same at any microbatch size (one normalizer per minibatch, module docstring)."""
+    fitted = _FITTED.get(model)
+    if fitted is not None:
+        cfg = dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, micro=fitted[0], micro_tokens=fitted[1]))
+    while True:
+        try:
+            return accumulate_gradients(model, mb, cfg, normalizer=normalizer, ref_model=ref_model)
+        except torch.OutOfMemoryError as e:
+            smaller = smaller_microbatches(cfg.update)
+            if smaller is None:
+                raise
+            why = str(e).splitlines()[0][:160]
+        model.zero_grad(set_to_none=True)  # the partial sums of the microbatches that ran
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        log.warning("update out of memory (%s) at micro %d, micro_tokens %d: running the minibatch again with "
+                    "micro %d, micro_tokens %d, and keeping that for the rest of the run", why, cfg.update.micro,
+                    cfg.update.micro_tokens, smaller.micro, smaller.micro_tokens)
+        cfg = dataclasses.replace(cfg, update=smaller)
+        _FITTED[model] = (smaller.micro, smaller.micro_tokens)
 
 
 def _mean_metrics(per_step: list[dict[str, float]]) -> dict[str, float]:
