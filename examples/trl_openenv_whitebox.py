@@ -4,7 +4,8 @@ TRL's GRPOTrainer drives the loop; its `environment_factory` class talks to `age
 OpenEnv's own EnvClient (one WebSocket session per rollout), exactly as the write-up's
 train_coding_whitebox_eval.py talks to its hosted coding environment. The environment owns the reward
 (the fraction of MBPP's hidden tests that pass, graded in agentrl's sandbox), so there are no
-reward_funcs beyond `env_stats`, which only logs the environment's tool statistics. A fixed held-out
+reward_funcs beyond `env_stats`, which only logs the environment's tool statistics, and `episode_log`, which
+writes every training and evaluation episode to `<output-dir>/episodes.jsonl` to be read. A fixed held-out
 eval set (64 problems of MBPP's test split, task ids disjoint from training, checked at start-up) is
 scored every `--eval-steps` steps, so the curve measures the model, not which problems were drawn.
 
@@ -80,10 +81,12 @@ def datasets_for(url: str, dataset_size: int, eval_size: int) -> tuple[Any, Any]
 
 def build_trainer(args: argparse.Namespace, model: Any = None, tokenizer: Any = None, callbacks: list | None = None):
     """GRPOTrainer over the served environment (`model`/`tokenizer` objects override --model/--tokenizer)."""
+    from pathlib import Path
+
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentrl.integrations.trl import ensure_tool_call_parser, env_stats, remote_trl_env_class
+    from agentrl.integrations.trl import ensure_tool_call_parser, env_stats, episode_log, remote_trl_env_class
 
     train, held = datasets_for(args.env_url, args.dataset_size, args.eval_size)
     env_cls = remote_trl_env_class(args.env_url)
@@ -109,7 +112,8 @@ def build_trainer(args: argparse.Namespace, model: Any = None, tokenizer: Any = 
         eval_on_start=bool(args.eval_first and held is not None and args.eval_steps),
     )
     return GRPOTrainer(model=model if model is not None else args.model, processing_class=tokenizer,
-                       reward_funcs=[env_stats], args=config, train_dataset=train, eval_dataset=held,
+                       reward_funcs=[env_stats, episode_log(Path(args.output_dir) / "episodes.jsonl")], args=config,
+                       train_dataset=train, eval_dataset=held,
                        environment_factory=env_cls, callbacks=callbacks)
 
 

@@ -101,6 +101,31 @@ def test_env_stats_logs_statistics_and_takes_the_final_reply():
     assert [e.get_reward() for e in envs] == [0.0, 0.0]  # unfixed files fail the hidden tests
 
 
+def test_episode_log_appends_each_ended_episode(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from agentrl.integrations.trl import episode_log
+    from agentrl.tasks import make_tasks
+
+    tasks = make_tasks(2, families=["minmax"], seed=0, split="train")
+    ds = task_dataset(tasks, "coding-tools")
+    cls = make_trl_env_class("coding-tools")
+    envs = [cls(), cls()]
+    for e, row in zip(envs, ds, strict=True):
+        e.reset(**row)
+    completions = [[{"role": "assistant", "content": "Done."}], [{"role": "assistant", "content": "Fixed."}]]
+    env_stats(envs, completions=completions, log_metric=lambda k, v: None)  # ends the episodes
+    log = episode_log(tmp_path / "trl" / "episodes.jsonl")
+    assert log(envs, completions=completions, trainer_state=SimpleNamespace(global_step=3)) == [None, None]
+    assert log(envs[:1], completions=completions[:1]) == [None]
+    rows = [json.loads(line) for line in (tmp_path / "trl" / "episodes.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == [tasks[0].id, tasks[1].id, tasks[0].id]
+    assert [r["step"] for r in rows] == [3, 3, None]
+    assert rows[0]["completion"] == completions[0] and rows[0]["end_reason"] == "final_answer"
+    assert rows[0]["reward"] == 0.0 and "reads" in rows[0]["stats"]
+
+
 def test_a_schema_trl_cannot_express_is_refused():
     from agentrl.envs.wordle import WordleEnv
 

@@ -75,6 +75,9 @@ def test_whitebox_demo_mbpp_two_steps_with_fixed_eval(tmp_path):
     assert curve["points"] == [{"step": 0, "eval_reward": pytest.approx(0.5)},
                                {"step": 2, "eval_reward": pytest.approx(0.5)}] and "trend" not in curve
     assert curve["train_reward"] == [pytest.approx(0.5)] * 2
+    episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]  # readable
+    assert {r["step"] for r in episodes} >= {0, 1, 2} and {r["reward"] for r in episodes} == {0.0, 1.0}
+    assert all(r["completion"] and r["task_id"].startswith("mbpp-") for r in episodes)
 
 
 def test_eval_curve_trend_from_a_log_history():

@@ -392,6 +392,37 @@ def env_stats(environments: Sequence[Any], completions: Sequence[Any] | None = N
     return [None] * len(environments)
 
 
+def episode_log(path: Any) -> Callable[..., list[None]]:
+    """A TRL reward function that scores nothing and appends each episode of the batch to the JSONL file `path`
+    (created with its folder): `step` (TRL's global step when TRL passes its trainer_state, else null), `task_id`,
+    `reward` (the environment's; null when unscorable), `end_reason`, `stats` (the episode's tool statistics) and
+    `completion` (TRL's conversational completion: the assistant and tool messages as TRL kept them). So a TRL
+    run's training and evaluation episodes can be read, not only counted.
+
+    Put it after `env_stats` in reward_funcs: env_stats ends each running episode from its completion.
+    """
+    from pathlib import Path
+
+    out = Path(path)
+
+    def log_episodes(environments: Sequence[Any], completions: Sequence[Any] | None = None,
+                     trainer_state: Any = None, **_: Any) -> list[None]:
+        rows = []
+        for i, e in enumerate(environments):
+            if not isinstance(e, AgentrlTRLEnv) or e._task is None:
+                continue
+            rows.append({"step": getattr(trainer_state, "global_step", None), "task_id": e._task.id,
+                         "reward": e._env.reward(), "end_reason": e._env.end_reason, "stats": e._env.stats(),
+                         "completion": completions[i] if completions is not None else None})
+        if rows:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with out.open("a") as f:
+                f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
+        return [None] * len(environments)
+
+    return log_episodes
+
+
 def _final_text(completion: Any) -> str | None:
     """The final answer of a conversational completion: the last assistant message's text when it has
     no tool calls, else None (the rollout stopped after a tool result or mid-call)."""
