@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
+from agentrl.preflight import check_input_file
 from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -154,12 +155,8 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
     number and field for bytes that are not UTF-8, invalid JSON (column within the line; including a
     truncated last line), a missing field, a field of the wrong type, or a duplicate task id.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"task file {str(path)!r} is a directory; expected a JSONL file with one Task object per "
-                         f"line (docs/task-schema.md; `agentrl tasks export` writes one)")
-    if not path.is_file():
-        raise FileNotFoundError(f"task file {str(path)!r} does not exist")
+    path = check_input_file(path, "task file", "a JSONL file with one Task object per line (docs/task-schema.md; "
+                                               "`agentrl tasks export` writes one)")
     tasks: list[Task] = []
     ids: dict[str, int] = {}
     with path.open("rb") as f:
