@@ -8,7 +8,7 @@ import pytest
 
 from agentrl.cli import main
 from agentrl.cli.args import positive_int
-from agentrl.preflight import check_output_file, check_port_free, prepare_output_dir
+from agentrl.preflight import check_input_file, check_output_file, check_port_free, prepare_output_dir
 from agentrl.tasks import load_tasks, make_tasks, save_tasks
 
 
@@ -184,3 +184,38 @@ def test_archive_previous_moves_runs_aside_never_nesting(tmp_path):
     assert len(set(moved)) == 3 and all(m.parent == tmp_path for m in moved)
     assert sorted((m / "results.json").read_text() for m in moved) == ["0", "1", "2"]
     assert not out.exists()
+
+
+def test_check_input_file_tells_a_directory_from_a_missing_file(tmp_path):
+    (tmp_path / "d.jsonl").mkdir()
+    (tmp_path / "f.jsonl").write_text("{}\n")
+    assert check_input_file(tmp_path / "f.jsonl", "task file") == tmp_path / "f.jsonl"
+    with pytest.raises(ValueError, match=r"^task file '.*d.jsonl' is a directory; expected a JSONL file$"):
+        check_input_file(tmp_path / "d.jsonl", "task file", "a JSONL file")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        check_input_file(tmp_path / "missing.jsonl", "task file")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        check_input_file(tmp_path / "dangling", "task file")
+
+
+def test_input_files_given_a_directory_say_directory_not_missing(tmp_path, capsys):
+    """--tasks DIR (train, eval, serve), sft --from-jsonl DIR and convert_gguf(DIR) all said 'does not exist'."""
+    from agentrl.models.gguf import convert_gguf
+    from agentrl.sft.data import load_trajectories
+
+    d = tmp_path / "data.jsonl"
+    d.mkdir()
+    for argv in (["train", "--tasks", str(d), "--model", "tiny-qwen3", "--steps", "1", "--device", "cpu"],
+                 ["eval", "--tasks", str(d), "--model", "tiny-qwen3", "--device", "cpu"],
+                 ["serve", "--env", "edit-menu", "--tasks", str(d), "--port", "0"],
+                 ["sft", "--from-jsonl", str(d), "--device", "cpu"]):
+        assert main([*argv, *(["--out", str(tmp_path / "o")] if argv[0] != "serve" else [])]) == 2, argv
+        err = capsys.readouterr().err
+        assert "is a directory; expected a JSONL file" in err and "does not exist" not in err, (argv, err)
+        assert "Traceback" not in err and err.count("\n") == 1, err
+    with pytest.raises(ValueError, match="is a directory; expected a JSONL file of trajectory records"):
+        load_trajectories(d)
+    with pytest.raises(ValueError, match="GGUF file .* is a directory; expected a .gguf file"):
+        convert_gguf(d, tmp_path / "out")
+    assert not (tmp_path / "o").exists()

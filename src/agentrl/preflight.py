@@ -119,6 +119,24 @@ def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     return p
 
 
+def check_input_file(path: str | os.PathLike, kind: str, expected: str = "") -> Path:
+    """Check that `path` names an existing regular file to read (`kind`: what it is, e.g. "task file"); returns
+    it as a Path. `expected`: what it should hold, for the directory message (e.g. "a JSONL file").
+
+    Raises:
+        FileNotFoundError: nothing exists at `path` (or a broken link).
+        ValueError: `path` is a directory (or another non-file), which is not "missing" and must not read as it.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise ValueError(f"{kind} {str(p)!r} is a directory; expected {expected or 'a file'}")
+    if not p.exists():
+        raise FileNotFoundError(f"{kind} {str(p)!r} does not exist")
+    if not p.is_file():
+        raise ValueError(f"{kind} {str(p)!r} is not a regular file; expected {expected or 'a file'}")
+    return p
+
+
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
     """Check that a server could listen on `host:port` now (port 0: any free port will do).
 

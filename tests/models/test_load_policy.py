@@ -112,3 +112,17 @@ def test_local_folder_without_weights_is_not_told_about_the_hf_cache(tmp_path):
     with pytest.raises(FileNotFoundError, match="without weights") as e:
         load_policy(str(tmp_path))
     assert "HF cache" not in str(e.value) and "--allow-download" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["weights.bin", "results.json", "model.gguf", "no_suffix"])
+def test_model_or_tokenizer_path_that_is_a_file_is_one_line_naming_it(tmp_path, name):
+    f = tmp_path / name
+    f.write_bytes(b"\x00\xffnot a model")
+    with pytest.raises(ValueError, match="is a file; expected a model folder") as e:
+        load_policy(str(f))
+    assert "\n" not in str(e.value) and "could not load a tokenizer" not in str(e.value)
+    assert "Repo id must" not in str(e.value)
+    with pytest.raises(ValueError, match="is a file; expected a folder holding a tokenizer"):
+        load_tokenizer(f)
+    with pytest.raises(ValueError, match="tokenizer path .* is a file"):
+        load_policy("tiny-qwen3", tokenizer_path=f)

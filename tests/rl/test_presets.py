@@ -151,3 +151,33 @@ def test_quick_is_the_demo_with_ten_steps():
     quick = _cfg(["--preset", "quick"])
     assert quick == RLConfig.from_preset("demo", steps=10, preset="quick")
     assert quick.run.steps == 10 and quick.run.preset == "quick" and quick.warm_start.method == "sft"
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("flags,source", [
+    (["--env", "wordle"], "'wordle' (--env wordle cannot run bug-fix tasks and uses its own)"),
+    (["--tasks", "mbpp"], "'mbpp';"),
+    (["--env", "python-session", "--tasks", "humaneval"], "'humaneval';"),
+])
+def test_a_preset_on_non_bugfix_tasks_names_the_preset_as_the_source_of_families(tmp_path, preset, flags, source):
+    """The presets set --families (bug-fix only): on other tasks the error says the preset set them and how to
+    go on, not '--families applies to --tasks bugfix only' to a user who never typed --families."""
+    from agentrl.rl.run_setup import plan_run
+
+    cfg = _cfg(["--preset", preset, *flags, "--out", str(tmp_path / "o")])
+    with pytest.raises(ValueError) as e:
+        plan_run(cfg)
+    msg = str(e.value)
+    assert f"--families {PRESETS[preset]['families']!r} (set by --preset {preset}, a bug-fix run" in msg
+    assert f"this run's tasks are {source}" in msg and "pass --families '' or leave out --preset" in msg
+    assert not (tmp_path / "o").exists()
+
+
+def test_families_the_user_typed_on_non_bugfix_tasks_do_not_blame_a_preset(tmp_path):
+    from agentrl.rl.run_setup import plan_run
+
+    for argv, flag in ((["--families", "minmax"], "--families"), (["--eval-families", "zero"], "--eval-families")):
+        cfg = _cfg(["--tasks", "wordle", "--env", "wordle", *argv, "--out", str(tmp_path / "o")])
+        with pytest.raises(ValueError, match=f"^{flag} '.*' applies to --tasks bugfix only, but this run's tasks "
+                                             f"are 'wordle'; pass {flag} ''$"):
+            plan_run(cfg)

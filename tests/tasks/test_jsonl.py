@@ -99,3 +99,23 @@ def test_non_utf8_line_names_the_line(tmp_path):
     path.write_bytes(lines[0].encode() + b"\n" + b"\xff\xfe{}\n")
     with pytest.raises(ValueError, match=r":2: not UTF-8 text at byte 0"):
         load_tasks(path)
+
+
+@pytest.mark.parametrize("text,column", [
+    ('{"id": "x", \n', 13),          # an object cut off before the line's newline: the column is on this line
+    ('{"id": "x",,}\n', 12),
+    ('  {"id" 1}\n', 9),
+])
+def test_bad_json_column_counts_within_the_line(tmp_path, text, column):
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf":1: invalid JSON at column {column}:") as e:
+        load_tasks(path)
+    assert ("truncated line?" in str(e.value)) == text.rstrip().endswith(",")
+
+
+def test_directory_is_named_as_a_directory_not_as_missing(tmp_path):
+    (tmp_path / "tasks.jsonl").mkdir()
+    for p in (tmp_path, tmp_path / "tasks.jsonl"):
+        with pytest.raises(ValueError, match="is a directory; expected a JSONL file"):
+            load_tasks(p)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.models.dtypes import canonical_dtype, concrete_torch_dtype
+from agentrl.preflight import check_input_file
 
 log = logging.getLogger("agentrl.models")
 WEIGHTS_DTYPES = ("fp32", "bf16")  # canonical names (agentrl.models.device); aliases accepted
@@ -81,9 +82,7 @@ def convert_gguf(
     dtype = canonical_dtype(dtype, flag="convert_gguf: dtype")
     if dtype not in WEIGHTS_DTYPES:
         raise ValueError(f"convert_gguf: dtype must be one of {WEIGHTS_DTYPES} (or an alias), got {dtype!r}")
-    gguf_path = Path(gguf_path).expanduser()
-    if not gguf_path.is_file():
-        raise FileNotFoundError(f"GGUF file {str(gguf_path)!r} does not exist")
+    gguf_path = check_input_file(gguf_path, "GGUF file", "a .gguf file")
     try:
         import gguf  # noqa: F401 - transformers needs it; say so plainly
     except ImportError as e:

@@ -37,11 +37,14 @@ def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = Fa
 
     Raises:
         FileNotFoundError: nothing loadable at `name_or_path` (locally, unless downloads are allowed).
-        ValueError: the tokenizer has no chat template.
+        ValueError: `name_or_path` is a file, not a folder; the tokenizer has no chat template.
     """
     from transformers import AutoTokenizer
 
     local = Path(name_or_path).expanduser()
+    if local.is_file():  # transformers would read it as a config, or as a hub id, and blame either
+        raise ValueError(f"tokenizer path {str(local)!r} is a file; expected a folder holding a tokenizer (one of "
+                         f"{', '.join(TOKENIZER_FILES)}), a model folder saved with its tokenizer, or an HF-cache repo id")
     if local.is_dir() and not any((local / f).is_file() for f in TOKENIZER_FILES):
         raise FileNotFoundError(
             f"folder {str(local)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); pass the tokenizer "
@@ -130,6 +133,17 @@ def model_path_missing(name_or_path: str | os.PathLike) -> bool:
     return str(name_or_path).startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists()
 
 
+def check_not_a_file(name_or_path: str | os.PathLike) -> None:
+    """Raise ValueError when the model `name_or_path` is an existing file (a weights file, a results.json, a
+    GGUF): a model is a folder or a name, and transformers' own error for a file blames the tokenizer or
+    calls it an invalid repo id."""
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        raise ValueError(f"model path {str(p)!r} is a file; expected a model folder (config.json + weights, as "
+                         f"save_pretrained writes), a run folder (runs/x), a checkpoint (runs/x/checkpoints/step_N), "
+                         f"a preset such as 'tiny-qwen3', a fetched model name or an HF-cache repo id")
+
+
 def load_policy(
     name_or_path: str | os.PathLike,
     dtype: str = "fp32",
@@ -167,8 +181,9 @@ def load_policy(
     Raises:
         FileNotFoundError: model or tokenizer not found (message names the path and the cache rule, or
             how to fetch a pretrained model).
-        ValueError: bad dtype, a local folder whose config.json is broken or names an unknown
-            model_type (`check_model_config`), or the tokenizer has no chat template.
+        ValueError: bad dtype, a path that is a file (not a model folder), a local folder whose config.json
+            is broken or names an unknown model_type (`check_model_config`), or the tokenizer has no chat
+            template.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -179,6 +194,7 @@ def load_policy(
     canonical_dtype(dtype)  # a bad spelling fails before anything is loaded
     if str(name_or_path) in PRETRAINED:
         name_or_path = resolve_pretrained(str(name_or_path))
+    check_not_a_file(name_or_path)
     if is_adapter_dir(resolve_model_dir(name_or_path)):
         return _load_adapter_policy(Path(resolve_model_dir(name_or_path)), dtype, device, allow_download,
                                     tokenizer_path=tokenizer_path, chat_template=chat_template)

@@ -21,7 +21,7 @@ from agentrl.models.device import resolve_device, resolve_dtype
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
 from agentrl.rl.checkpoint import latest_checkpoint
-from agentrl.rl.config import RLConfig
+from agentrl.rl.config import PRESETS, RLConfig
 from agentrl.rl.sections import TasksSection
 from agentrl.rl.warm_start import check_warm_start
 from agentrl.tasks.sets import TaskSets, task_sets
@@ -57,6 +57,24 @@ def run_task_sets(cfg: RLConfig) -> TaskSets:
     return task_sets(cfg.tasks.source, train_size=cfg.tasks.train_size, eval_size=cfg.eval.size, families=cfg.tasks.families,
                      eval_families=cfg.eval.families, randomize=cfg.tasks.randomize_names, seed=cfg.run.seed,
                      reward_includes_shown_test=cfg.tasks.reward_includes_shown_test)
+
+
+def check_families_apply(cfg: RLConfig, source: str, why: str = "") -> None:
+    """ValueError when --families or --eval-families is set but the run's task source `source` is not bugfix,
+    naming where the value came from when a --preset set it (the presets are bug-fix runs in edit-menu, so
+    `--preset demo --env wordle` or `--preset quick --tasks mbpp` inherit families the user never typed).
+    `why`: how the run came to `source` (e.g. an --env that runs its own tasks)."""
+    if source == "bugfix":
+        return
+    for flag, key, value in (("--families", "families", cfg.tasks.families),
+                             ("--eval-families", "eval_families", cfg.eval.families)):
+        if not value.strip():
+            continue
+        preset = PRESETS.get(cfg.run.preset, {})
+        origin = (f" (set by --preset {cfg.run.preset}, a bug-fix run in --env {preset.get('env', 'edit-menu')})"
+                  if preset.get(key) == value else "")
+        raise ValueError(f"{flag} {value!r}{origin} applies to --tasks bugfix only, but this run's tasks are "
+                         f"{source!r}{why}; pass {flag} ''" + (" or leave out --preset" if origin else ""))
 
 
 @dataclass(frozen=True)
@@ -143,11 +161,14 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
         raise ValueError(f"--env {cfg.env.name!r} is not an environment; expected one of {', '.join(env_names())}")
     out = check_output_dir(Path(cfg.run.out).expanduser()).resolve()  # "." and ".." refused before resolving
     resolve_device(cfg.policy.device)
+    check_families_apply(cfg, cfg.tasks.source)
     tasks, notes = run_task_sets(cfg), []
     default_source = TasksSection().source
     spec = get_spec(cfg.env.name)
     if cfg.tasks.source == default_source and spec.default_tasks != default_source and \
             not spec.accepts((tasks.train or tasks.heldout)[0]):
+        check_families_apply(cfg, spec.default_tasks, why=f" (--env {cfg.env.name} cannot run bug-fix tasks and "
+                                                          f"uses its own)")
         notes.append(f"--env {cfg.env.name} cannot run --tasks {cfg.tasks.source}: using its own task source, --tasks "
                      f"{spec.default_tasks}")
         cfg = cfg.replace_flat(tasks=spec.default_tasks)

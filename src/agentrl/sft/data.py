@@ -16,7 +16,6 @@ import math
 import os
 import random
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from agentrl.chat.template import observation_messages, tool_messages
@@ -29,6 +28,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
+from agentrl.preflight import check_input_file
 from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
@@ -361,12 +361,10 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: "PATH:LINE: ..." naming the line and the field that is wrong (a token id outside the
+        ValueError: `path` is a directory; "PATH:LINE: ..." naming the line and the field that is wrong (a token id outside the
             vocabulary, text that is not UTF-8, ...), a chat record without a tokenizer, or a file with no records.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"trajectory file {str(p)!r} does not exist")
+    p = check_input_file(path, "trajectory file", "a JSONL file of trajectory records (docs/sft.md)")
     out = []
     with p.open("rb") as f:
         for lineno, raw in enumerate(f, 1):

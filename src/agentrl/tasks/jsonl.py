@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
+from agentrl.preflight import check_input_file
 from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -150,13 +151,12 @@ def save_tasks(tasks: Iterable[Task], path: str | os.PathLike) -> int:
 def load_tasks(path: str | os.PathLike) -> list[Task]:
     """Read a JSONL file written by `save_tasks` (blank lines are skipped).
 
-    Raises FileNotFoundError for a missing path, and ValueError naming the line number and field for
-    bytes that are not UTF-8, invalid JSON (including a truncated last line), a missing field, a field
-    of the wrong type, or a duplicate task id.
+    Raises FileNotFoundError for a missing path, ValueError for a directory, and ValueError naming the line
+    number and field for bytes that are not UTF-8, invalid JSON (column within the line; including a
+    truncated last line), a missing field, a field of the wrong type, or a duplicate task id.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"task file {str(path)!r} does not exist")
+    path = check_input_file(path, "task file", "a JSONL file with one Task object per line (docs/task-schema.md; "
+                                               "`agentrl tasks export` writes one)")
     tasks: list[Task] = []
     ids: dict[str, int] = {}
     with path.open("rb") as f:
@@ -168,11 +168,12 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
                 raise ValueError(f"{where}: not UTF-8 text at byte {e.start}; expected one Task object per line") from None
             if not line.strip():
                 continue
+            text = line.rstrip("\n")  # the line's own newline is not part of its JSON: columns count within it
             try:
-                data = json.loads(line)
+                data = json.loads(text)
             except json.JSONDecodeError as e:
-                hint = " (truncated line?)" if not line.endswith("\n") else ""
-                raise ValueError(f"{where}: invalid JSON at column {e.colno}: {e.msg}{hint}; "
+                hint = " (truncated line?)" if not line.endswith("\n") or e.pos >= len(text.rstrip()) else ""
+                raise ValueError(f"{where}: invalid JSON at column {e.pos + 1}: {e.msg}{hint}; "
                                  f"expected one Task object per line") from None
             task = task_from_dict(data, where)
             if task.id in ids:
