@@ -19,10 +19,13 @@ RECORD_VERSION = 1
 # RLConfig fields (flat names: the record stays flat, as the flags are) an evaluation of the model reuses unless the command line sets them: where it ran (env,
 # tasks, families), the episode's limits, the held-out set's size and the sampling distribution its own
 # evaluations used (so `agentrl eval --model <run>` scores what the run's "after" evaluation scored: the demo
-# preset samples at 0.7, and an eval at the default 1.0 read as a different model)
+# preset samples at 0.7, and an eval at the default 1.0 read as a different model), the episodes per task, and the
+# generation batch and CPU threads it evaluated with (the demo's evaluation took 55 s at the defaults' 2 threads and
+# batch 16 where the run's own took 7 s at 1 thread and batch 32 on the 2-core machine)
 EVAL_REUSED: tuple[str, ...] = ("env", "tasks", "families", "eval_families", "max_turns", "max_new_tokens",
                                 "max_edits", "max_context_tokens", "max_observation_chars", "randomize_names",
-                                "eval_size", "temperature", "top_k", "top_p", "thinking")
+                                "eval_size", "eval_n", "temperature", "top_k", "top_p", "thinking", "gen_batch",
+                                "cpu_threads")
 
 
 def run_record(cfg: Any, step: int) -> dict[str, Any]:
