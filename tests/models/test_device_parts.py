@@ -81,3 +81,16 @@ def test_a_bundle_is_joined_unpacked_and_its_xz_files_decompressed(tmp_path):
     r = subprocess.run(["bash", str(unpack), str(parts), "bundle.tar", str(tmp_path / "dev2")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "bundle.tar.part" in r.stdout + r.stderr and not (tmp_path / "dev2" / "model.gguf").exists()
+
+
+def test_device_bundle_refuses_a_checkout_without_its_venv(tmp_path):
+    """scripts/device_bundle.sh (the whole GPU bundle; run for real on 2026-12-02: 29 parts of 41 MiB in 86 s) needs
+    the checkout's .venv for the pinned model table and the checks: without it, one line and exit 2, nothing made."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    bundle = SCRIPT.parent / "device_bundle.sh"
+    (repo / "scripts" / "device_bundle.sh").write_text(bundle.read_text())
+    r = subprocess.run(["bash", str(repo / "scripts" / "device_bundle.sh"), "qwen2.5-coder-0.5b-instruct",
+                        str(tmp_path / "work")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "run scripts/setup.sh first" in r.stderr
+    assert not (tmp_path / "work").exists() and not (repo / ".xfer").exists()
