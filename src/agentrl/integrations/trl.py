@@ -369,21 +369,20 @@ def env_stats(environments: Sequence[Any], completions: Sequence[Any] | None = N
     ends each running episode from its completion: a final assistant message without tool calls is the
     episode's final answer; anything else ends it "rollout_ended".
     """
-    envs = [e for e in environments if isinstance(e, AgentrlTRLEnv) and e._task is not None]
-    if not envs or log_metric is None:
+    if log_metric is None:
+        return [None] * len(environments)
+    ended = _ended_episodes(environments, completions)
+    if not ended:
         return [None] * len(environments)
     totals: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     unscorable = 0
-    for i, e in enumerate(environments):
-        if e not in envs:
-            continue
-        e._finish(_final_text(completions[i]) if completions is not None else None)
+    for _, e in ended:
         for k, v in e._env.stats().items():
             totals[k] += float(v)
         reasons[e._env.end_reason or "running"] += 1
         unscorable += e._env.reward() is None
-    n = len(envs)
+    n = len(ended)
     for k in sorted(totals):
         log_metric(f"env/{k}", totals[k] / n)
     for r in sorted(reasons):
@@ -399,7 +398,7 @@ def episode_log(path: Any) -> Callable[..., list[None]]:
     `completion` (TRL's conversational completion: the assistant and tool messages as TRL kept them). So a TRL
     run's training and evaluation episodes can be read, not only counted.
 
-    Put it after `env_stats` in reward_funcs: env_stats ends each running episode from its completion.
+    A running episode is ended from its completion first, as env_stats does (either may come first in reward_funcs).
     """
     from pathlib import Path
 
@@ -407,13 +406,10 @@ def episode_log(path: Any) -> Callable[..., list[None]]:
 
     def log_episodes(environments: Sequence[Any], completions: Sequence[Any] | None = None,
                      trainer_state: Any = None, **_: Any) -> list[None]:
-        rows = []
-        for i, e in enumerate(environments):
-            if not isinstance(e, AgentrlTRLEnv) or e._task is None:
-                continue
-            rows.append({"step": getattr(trainer_state, "global_step", None), "task_id": e._task.id,
-                         "reward": e._env.reward(), "end_reason": e._env.end_reason, "stats": e._env.stats(),
-                         "completion": completions[i] if completions is not None else None})
+        rows = [{"step": getattr(trainer_state, "global_step", None), "task_id": e._task.id, "reward": e._env.reward(),
+                 "end_reason": e._env.end_reason, "stats": e._env.stats(),
+                 "completion": completions[i] if completions is not None else None}
+                for i, e in _ended_episodes(environments, completions)]
         if rows:
             out.parent.mkdir(parents=True, exist_ok=True)
             with out.open("a") as f:
@@ -421,6 +417,18 @@ def episode_log(path: Any) -> Callable[..., list[None]]:
         return [None] * len(environments)
 
     return log_episodes
+
+
+def _ended_episodes(environments: Sequence[Any], completions: Sequence[Any] | None) -> list[tuple[int, Any]]:
+    """[(index in the batch, env)] of the batch's agentrl episodes, each ended from its completion if still running
+    (a final assistant message without tool calls is its final answer, anything else "rollout_ended"; a no-op for
+    an ended one), so its reward, end reason and statistics can be read."""
+    ended = []
+    for i, e in enumerate(environments):
+        if isinstance(e, AgentrlTRLEnv) and e._task is not None:
+            e._finish(_final_text(completions[i]) if completions is not None else None)
+            ended.append((i, e))
+    return ended
 
 
 def _final_text(completion: Any) -> str | None:

@@ -171,10 +171,10 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
                      f"--micro {u.micro} rows of up to {s.max_context_tokens} tokens)")
     else:
         steps.append(f"a smaller --micro-tokens than {u.micro_tokens}")
-    steps.append(f"a smaller --gen-batch than {cfg.sampling.gen_batch} (the sampler's KV cache)")
+    steps.append(f"a smaller --gen-batch than {s.gen_batch} (the sampler's KV cache)")
     if cfg.policy.dtype == "fp32":
         steps.append("--dtype bf16 (weights, gradients and the sampler's cache in half the bytes)")
     return "out of GPU memory: this run's memory is set by " + "; ".join(
         [f"micro {u.micro}", f"micro_tokens {u.micro_tokens}", f"gradient_checkpointing {u.gradient_checkpointing}",
-         f"gen_batch {cfg.sampling.gen_batch}", f"max_context_tokens {s.max_context_tokens}",
+         f"gen_batch {s.gen_batch}", f"max_context_tokens {s.max_context_tokens}",
          f"dtype {cfg.policy.dtype}"]) + ". Try, in this order: " + "; ".join(steps)

@@ -276,8 +276,8 @@ class RunSection:
 
     preset: str = flag_field("", "Named preset whose values replace the defaults of every flag not given: '' (none) | "
                          "demo (demo-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
-                         "agentrl.rl.config.PRESETS) | quick (the demo with 10 GRPO steps: about 2 minutes). `agentrl train` with no flags (or only --seed, --out, "
-                         "--resume) runs --preset demo.",
+                         "agentrl.rl.config.PRESETS) | quick (the demo with 10 GRPO steps: about 2 minutes). "
+                         "`agentrl train` with no flags (or only --seed, --out, --resume) runs --preset demo.",
                              ("", *PRESETS))
     steps: int = flag_field(3, "Training steps (each: sample B*G episodes, then update).")
     max_train_s: float = flag_field(0.0, "Wall-clock budget in seconds for the training steps (0 = none): no new step "

@@ -31,7 +31,7 @@ from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
 
 log = logging.getLogger("agentrl")
-# per model, the microbatch limits (micro, micro_tokens) that fit after an out-of-memory backoff (_fitting_update)
+# per model, the microbatch limits (micro, micro_tokens) that fit after an out-of-memory backoff (_accumulate_fitting)
 _FITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 MIN_MICRO_TOKENS = 256  # the smallest token budget the backoff halves down to
 

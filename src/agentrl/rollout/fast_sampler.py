@@ -178,11 +178,12 @@ class FastSampler:
         # weights are graph inputs), so compile time is one layer's, not 28 unrolled layers' (the whole-step
         # compile did not finish a first row in 119 s on the H200). Embedding, final norm, head, sampling and
         # recording stay eager (the captured graph draws its noise through the graph-safe default generator).
-        self.compile_decode = bool(compile_decode) or decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
+        compiled_only = decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
+        self.compile_decode = bool(compile_decode) or compiled_only
         # dynamic shapes (batch bucket, span) except FlexAttention on CPU, whose C++ template fails to build with a
         # symbolic key length (torch 2.13: `cur_kvSplitSize2` undeclared); there each shape compiles, and past
         # dynamo's recompile limit the step runs eager (the unfused reference: correct, slow)
-        static = decode_attention in COMPILED_ONLY and self.device.type == "cpu"
+        static = compiled_only and self.device.type == "cpu"
         self._layer_step = (torch.compile(decode_layer, dynamic=False if static else None) if self.compile_decode
                             else decode_layer)
 
