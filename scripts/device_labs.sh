@@ -3,6 +3,7 @@
 #
 #   bash scripts/device_labs.sh launch PARTS_DIR BUNDLE LABS_S RUN...   # unpack, convert, bench, start the labs
 #   bash scripts/device_labs.sh collect WAIT_S                          # wait, then pack each lab into $OUT
+#   bash scripts/device_labs.sh bench DEADLINE_S PART...                # issue 26's parts on the launched machine
 #
 # launch: copies the repository to /tmp/repo (a later call re-lays the work tree under a detached run), joins
 # and unpacks BUNDLE from PARTS_DIR (scripts/device_unpack.sh: wheels into /tmp/site, .xz files decompressed
@@ -12,6 +13,9 @@
 # collect: waits until the labs end or WAIT_S seconds pass, prints each log's tail and writes one
 # <lab>.tgz per lab (results, logs, reports; no weights or checkpoints) plus bench.tgz into $OUT (the device
 # tool returns at most 8 files of 16 MiB).
+# bench: after a launch, on the same warm machine, bench/run_issue26.sh with PARTS="PART..." (the Qwen3 config and
+# tokenizer from the bundle's assets/, the converted models in /tmp/models) into /tmp/bench/i26, then bench.tgz
+# into $OUT. Give it the machine alone: a lab beside it shares the GPU, so its figures would not be the GPU's.
 # Environment: MODEL (default qwen2.5-coder-1.5b-instruct), CARRY (a carried folder with data/, words and
 # assets/; default .carry), BENCH, and coder_labs.sh's knobs (PARALLEL, TRAIN_S and TRL_S are derived from
 # LABS_S unless set).
@@ -23,7 +27,7 @@ CARRY=${CARRY:-.carry}
 env_for_labs() {
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=/tmp/site:/tmp/repo/src PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 AGENTRL_DATA=/tmp/repo/$CARRY/data \
-    AGENTRL_WORDS=/tmp/repo/$CARRY/words AGENTRL_MODELS=/tmp/models AGENTRL_OPENCODE=/tmp/dev/opencode \
+    AGENTRL_WORDS=/tmp/repo/$CARRY/words AGENTRL_ASSETS=/tmp/dev/assets AGENTRL_MODELS=/tmp/models AGENTRL_OPENCODE=/tmp/dev/opencode \
     TRL_EXPERIMENTAL_SILENCE=1 WANDB_MODE=disabled WANDB_SILENT=true GRADIO_ANALYTICS_ENABLED=False DO_NOT_TRACK=1
 }
 case "$cmd" in
@@ -66,5 +70,17 @@ case "$cmd" in
     tar czf "$OUT/bench.tgz" bench conv.log labs.log 2>/dev/null
     ls -la "$OUT"
     ;;
-  *) echo "usage: device_labs.sh launch PARTS_DIR BUNDLE LABS_S RUN... | collect WAIT_S" >&2; exit 2 ;;
+  bench)
+    deadline_s=${1:?usage: device_labs.sh bench DEADLINE_S PART...}; shift
+    (( $# )) || { echo "device_labs.sh bench: name at least one part of bench/run_issue26.sh" >&2; exit 2; }
+    pgrep -f coder_labs.sh > /dev/null && echo "device_labs.sh bench: labs are running beside it (shared GPU)"
+    cd /tmp/repo 2>/dev/null || { echo "device_labs.sh bench: no /tmp/repo; run launch first" >&2; exit 3; }
+    env_for_labs
+    DEADLINE_S="$deadline_s" PARTS="$*" CONFIG=/tmp/dev/assets/qwen3-0.6b-config bash bench/run_issue26.sh /tmp/bench/i26 \
+      > /tmp/bench/i26-parts.log 2>&1
+    echo "run_issue26.sh rc=$?"; tail -n 45 /tmp/bench/i26-parts.log | cut -c1-250
+    cd /tmp && tar czf "$OUT/bench.tgz" bench conv.log 2>/dev/null; ls -la "$OUT"
+    ;;
+  *) echo "usage: device_labs.sh launch PARTS_DIR BUNDLE LABS_S RUN... | collect WAIT_S | bench DEADLINE_S PART..." >&2
+     exit 2 ;;
 esac
