@@ -134,3 +134,26 @@ def test_one_evaluation_gets_an_integer_step_axis(tmp_path, monkeypatch):
     assert plots.plot_eval_curve(results, tmp_path / "e.png") is not None
     assert captured["xlim"] == (-1.0, 1.0)
     assert captured["ticks"] and all(float(t).is_integer() for t in captured["ticks"])
+
+
+def test_zero_reward_spread_at_every_step_is_drawn_and_said(tmp_path, monkeypatch):
+    """A shaped reward gives every group spread: the panel's bars are all 0 high and used to look empty (as if the
+    metric were missing); now each step has a visible tick at 0 and the panel says so."""
+    steps = [{"step": i, "reward_mean": 0.16, "reward_std": 0.07, "pass_rate": 0.0, "rollout/episodes": 64,
+              "adv/frac_zero_std": 0.0} for i in range(5)]
+    captured = {}
+    real = plots._save
+
+    def keep(fig, p, title):
+        ax = fig.axes[2]
+        captured["ticks"] = [list(line.get_ydata()) for line in ax.lines]
+        captured["texts"] = [t.get_text() for t in ax.texts]
+        return real(fig, p, title)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    assert plots.plot_train_reward({"steps": steps}, tmp_path / "r.png") is not None
+    assert captured["ticks"] == [[0.0] * 5]
+    assert captured["texts"] == ["none at any step:\nevery group trained"]
+    steps[3]["adv/frac_zero_std"] = 0.5  # some spread-less groups: no such note
+    assert plots.plot_train_reward({"steps": steps}, tmp_path / "r.png") is not None
+    assert captured["texts"] == [] and captured["ticks"][0][3] == 0.5

@@ -164,6 +164,10 @@ def plot_train_reward(results: dict[str, Any], path: Path) -> Path | None:
     xz, yz = _first_series(steps, "adv/frac_zero_std", "frac_zero_std")
     if xz:
         ax.bar(xz, yz, color="#d62728", alpha=0.7, width=0.6)
+        ax.plot(xz, yz, linestyle="none", marker="_", markersize=8, color="#d62728")  # a 0 shows as a tick, not as nothing
+        if all(v == 0 for v in yz if math.isfinite(v)):
+            ax.text(0.5, 0.5, "none at any step:\nevery group trained", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=9, color="#555555")
     _style(ax, title="groups with zero reward spread\n(they train nothing)", xlabel="training step",
            ylabel="fraction of groups")
     ax.set_ylim(0, 1.05)
