@@ -1,4 +1,5 @@
 import dataclasses
+import re
 
 import pytest
 
@@ -148,3 +149,15 @@ def test_empty_names_are_refused_by_name(name, value):
     --out, --tasks, --env or --device is refused the same way, naming the field."""
     with pytest.raises(ValueError, match=rf"RLConfig\.{name}: expected a non-empty string"):
         RLConfig.from_flat(**{name: value})
+
+
+@pytest.mark.parametrize("kw, name", [({"group_size": 10**11}, "prompts_per_step*group_size"),
+                                      ({"prompts_per_step": 2**20, "group_size": 2}, "prompts_per_step*group_size"),
+                                      ({"eval_n": 10**9}, "eval_n")])
+def test_absurd_episode_counts_are_refused_up_front(kw, name):
+    """--group-size 1e11 used to start the run and allocate until memory ran out; now the config names it."""
+    from agentrl.rl.config import MAX_EPISODES_PER_CALL
+    with pytest.raises(ValueError, match=rf"RLConfig\.{re.escape(name)}: expected at most 1,048,576 episodes"):
+        RLConfig.from_flat(**kw)
+    assert MAX_EPISODES_PER_CALL == 1 << 20
+    RLConfig.from_flat(group_size=1024, prompts_per_step=1024)  # 2**20 exactly: allowed

@@ -40,7 +40,12 @@ from agentrl.rl.sections import (
 )
 from agentrl.rollout.samplers import SAMPLERS
 
-__all__ = ["ADV_MODES", "FLAT", "PRESETS", "RLConfig", "TRAIN_ONLY", "cli_command", "flat_fields"]
+# Every episode of a training step (tokens, log-probs, transcript) is held until the update, and every episode of
+# an evaluation's task until its end. Far past the largest GRPO steps in use (verl's 1,024 prompts x 16 = 16,384),
+# a size like `--group-size 1e11` is a typo that would allocate until the machine runs out of memory.
+MAX_EPISODES_PER_CALL = 1 << 20
+
+__all__ = ["ADV_MODES", "FLAT", "MAX_EPISODES_PER_CALL", "PRESETS", "RLConfig", "TRAIN_ONLY", "cli_command", "flat_fields"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,10 @@ class RLConfig:
                 raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
                                  f"got {getattr(v, name)!r}")
         rows = v.prompts_per_step * v.group_size
+        for name, n in (("prompts_per_step*group_size", rows), ("eval_n", v.eval_n)):
+            if n > MAX_EPISODES_PER_CALL:
+                raise ValueError(f"RLConfig.{name}: expected at most {MAX_EPISODES_PER_CALL:,} episodes at once "
+                                 f"(each is held until the update or the evaluation's end), got {n:,}")
         if v.minibatches > rows:
             raise ValueError(f"RLConfig.minibatches: {v.minibatches} minibatches need at least as many "
                              f"episodes per step, got prompts_per_step*group_size = {rows}")
