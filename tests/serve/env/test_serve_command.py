@@ -43,3 +43,30 @@ def test_serve_policy_command_answers_and_records_traces():
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_serve_on_port_0_never_logs_port_0():
+    """`agentrl serve --port 0` logged `at http://127.0.0.1:0` before binding; the start line now says a free port
+    is named when listening, and the listening line names the bound port, which answers."""
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", "serve", "--env", "edit-menu", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "listening on" in line:
+                break
+        text = "".join(lines)
+        assert ":0 " not in text and not text.rstrip().endswith(":0"), text
+        assert "port 0: a free port, named when listening" in text
+        port = int(lines[-1].rsplit(":", 1)[1])
+        assert port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

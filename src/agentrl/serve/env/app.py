@@ -304,9 +304,11 @@ def run_server(cfg: EnvServerConfig, *, ready: Any = None) -> int:
     check_port_free(cfg.host, cfg.port)
     served = build_app(cfg)
     server = _ReadyServer(_uvicorn_config(cfg, served.app), ready, served.registry, cfg.drain_timeout_s)
-    log.warning("agentrl serve: %s on %d train / %d held-out tasks at http://%s:%d (max %d sessions)",
+    where = (f"http://{cfg.host}:{cfg.port}" if cfg.port
+             else f"http://{cfg.host} (port 0: a free port, named when listening)")
+    log.warning("agentrl serve: %s on %d train / %d held-out tasks at %s (max %d sessions)",
                 served.env_name, len(served.catalog.splits["train"]), len(served.catalog.splits["heldout"]),
-                cfg.host, cfg.port, cfg.max_concurrent_envs)
+                where, cfg.max_concurrent_envs)
     try:
         with _signals_end_quietly():
             server.run()
