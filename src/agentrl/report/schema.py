@@ -294,8 +294,10 @@ RESULTS_SCHEMA: dict[str, Any] = {
         "warnings": _d({"type": "array", "items": {"type": "object", "required": ["step", "kind", "message"],
                                                   "properties": {
             "step": _d({"type": "integer"}, "the training step that jumped (0-based)", "index"),
-            "kind": _d({"type": "string", "enum": ["malformed_calls", "end_reason", "logprob_gap", "reward_collapse"]},
-                       "what jumped (agentrl.rl.health)", "text"),
+            "kind": _d({"type": "string", "enum": ["malformed_calls", "end_reason", "logprob_gap", "reward_collapse",
+                                                      "unsolvable_tasks"]},
+                       "what jumped (agentrl.rl.health), or unsolvable_tasks: a task file's tasks whose reference "
+                       "fails their hidden tests (step 0, checked at the start)", "text"),
             "metric": _d({"type": "string"}, "the per-step metric that jumped", "text"),
             "value": _num("its value at that step", "the metric's unit"),
             "baseline": _num("median of up to 5 steps before", "the metric's unit"),

@@ -229,6 +229,7 @@ class RunSession:
                      cfg.policy.dtype)
             state = build_training_state(cfg, out, inputs.model)
             results = open_results(cfg, out, tasks, sandbox, inputs, state.model, state.start_step)
+            warn_unsolvable_tasks(cfg, tasks, sandbox, results)
             sess = cls(cfg=cfg, out=out, model=state.model, tokenizer=inputs.tokenizer, optimizer=state.optimizer,
                        sandbox=sandbox, tasks=tasks, results=results, device=inputs.device,
                        start_step=state.start_step, ref_model=state.ref_model)
@@ -277,3 +278,30 @@ def torch_cpu_threads(cfg: RLConfig) -> Iterator[None]:
 def default_sandbox(cfg: RLConfig) -> Any:
     """The run's sandbox: agentrl.sandbox.Sandbox() (agentrl.scale's Ray graders grade in Ray actors instead)."""
     return Sandbox()
+
+
+BUILTIN_TASK_SOURCES = ("bugfix", "mbpp", "humaneval", "wordle")  # generated or pinned: checked by their own tests
+
+
+def warn_unsolvable_tasks(cfg: RLConfig, tasks: TaskSets, sandbox: Any, results: Any) -> list[tuple[str, str]]:
+    """A task file's tasks (train and held out) whose reference fails their own hidden tests: logged as one
+    warning and recorded in the results file's `warnings` (kind unsolvable_tasks, step 0). Such a task scores 0
+    whatever the policy does (agentrl.tasks.check.failing_references); the run goes on. Built-in sources and
+    sandboxes without `run_tests_batch` are not checked. Returns [(task id, why)]."""
+    run_batch = getattr(sandbox, "run_tests_batch", None)
+    if cfg.tasks.source in BUILTIN_TASK_SOURCES or run_batch is None:
+        return []
+    from agentrl.tasks.check import failing_references
+
+    bad = failing_references([*tasks.train, *tasks.heldout], run_batch)
+    if bad:
+        shown = "; ".join(f"{tid}: {why}" for tid, why in bad[:5])
+        shown += f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+        msg = (f"{len(bad)} of {len(tasks.train) + len(tasks.heldout)} tasks in {cfg.tasks.source} can never be "
+               f"solved: their reference fails their own hidden tests, so they reward 0 whatever the policy writes "
+               f"({shown}). `agentrl tasks check --file {cfg.tasks.source}` shows every check")
+        log.warning("%s", msg)
+        results.add_warning({"step": 0, "kind": "unsolvable_tasks", "metric": "tasks", "value": len(bad),
+                             "message": msg})
+    return bad
+

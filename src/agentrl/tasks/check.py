@@ -117,6 +117,25 @@ def _tally(task: Task, kind: str, report: TestReport, stats: FamilyStats) -> Non
             stats.problems.append(f"{task.id}: wrong op {kind.removeprefix('wrong:')} passes every hidden test")
 
 
+def failing_references(tasks: Sequence[Task], run_batch: RunBatch) -> list[tuple[str, str]]:
+    """The tasks whose reference solution does not pass their own hidden tests: [(task id, why)], in order.
+
+    Such a task rewards 0 whatever the policy writes, so a run on it trains on noise without saying so (its
+    groups have no reward spread). One sandbox job per task (`run_batch`, as in check_tasks); a job the sandbox
+    gave no verdict for is not counted as failing. Tasks without hidden tests or reference are skipped.
+    """
+    todo = [t for t in tasks if t.hidden_tests and t.reference and t.source_file in t.files]
+    jobs = [TestJob(files={t.source_file: t.reference}, module=t.module, tests=t.hidden_tests, setup=t.test_setup)
+            for t in todo]
+    reports = list(run_batch(jobs)) if jobs else []
+    out = []
+    for task, report in zip(todo, reports, strict=True):
+        if report.run.error is None and not report.all_passed:
+            out.append((task.id, f"reference fails {report.total - report.passed} of {report.total} hidden test(s)"
+                                 + (f" ({report.error})" if report.error else "")))
+    return out
+
+
 def check_tasks(tasks: Sequence[Task], run_batch: RunBatch | None = None) -> dict[str, FamilyStats]:
     """Grade every task (see the module docstring) and return per-family stats, in first-seen order.
 
