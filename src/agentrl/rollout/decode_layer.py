@@ -60,10 +60,12 @@ def layer_fns(compiled: bool, form: str, device: torch.device, backend: Any = "i
     fuses only compiled ("flex"). `backend` is torch.compile's (tests pass a recording one).
 
     The outer regions have dynamic shapes (the batch bucket; they never see the span), so one graph each serves
-    every layer, bucket and span (one more for a batch of 1, which dynamo specializes). The flex attention region
-    is dynamic too, except on the CPU, where FlexAttention's C++ template fails to build with a symbolic key length
-    (torch 2.13: `cur_kvSplitSize2` undeclared): there each (batch, span) compiles, and past dynamo's recompile
-    limit the attention runs eager (the unfused reference: correct, slow).
+    every layer, bucket and span (one more for a batch of 1, which dynamo specializes), provided every layer gets
+    the same kind of h: dynamo guards a view's base, so a first layer fed a view (embedding output [:, None]) and
+    later layers fed the region's fresh output compile twice. The flex attention region is dynamic too, except on
+    the CPU, where FlexAttention's C++ template fails to build with a symbolic key length (torch 2.13:
+    `cur_kvSplitSize2` undeclared): there each (batch, span) compiles, and past dynamo's recompile limit the
+    attention runs eager (the unfused reference: correct, slow).
     """
     if not compiled:
         return EAGER
