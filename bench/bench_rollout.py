@@ -173,7 +173,7 @@ def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = Fal
                  use_cuda_graphs: bool | None = None, compile_decode: bool = False) -> FastSampler:
     """The measured runs' FastSampler: no stop ids, `batch` slots, `steps` tokens per row unless a call gives
     budgets, CUDA graphs as FastSampler decides (on for a CUDA model) unless `use_cuda_graphs` says, the decode
-    step's layers torch.compile'd with `compile_decode`."""
+    step's layers compiled around their attention with `compile_decode`."""
     return FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps), max_batch=batch,
                        keep_kv=keep_kv, decode_attention=decode_attention, use_cuda_graphs=use_cuda_graphs,
                        compile_decode=compile_decode)
@@ -280,12 +280,12 @@ def kernel_bucket(name: str) -> str:
 @contextlib.contextmanager
 def region_labels(fs: FastSampler):
     """While the block runs, record_function ranges (REGIONS' names) around the parts of `fs`'s decode step:
-    forward hooks on every layer's q/k/v/o projections and MLP and on the LM head, and wrappers of
-    agentrl.rollout.fast_sampler's `attend` (the module global its decode step calls) and of fs._sample /
+    forward hooks on every layer's q/k/v/o projections and MLP and on the LM head, and wrappers of the attention
+    function its layer steps call (fs._layer_fns.attend, agentrl.rollout.decode_layer) and of fs._sample /
     fs._record. All undone on exit. Ranges only mark time; the computation is unchanged."""
-    from torch.profiler import record_function
+    import dataclasses
 
-    import agentrl.rollout.fast_sampler as fast_sampler
+    from torch.profiler import record_function
 
     def wrap(fn, label):
         def labelled(*a, **kw):
@@ -313,13 +313,13 @@ def region_labels(fs: FastSampler):
             handles += hooks(proj, "decode.proj_qkvo")
         handles += hooks(layer.mlp, "decode.mlp")
     handles += hooks(fs.arch.head, "decode.lm_head")
-    attend = fast_sampler.attend
-    fast_sampler.attend = wrap(attend, "decode.attention")
+    fns = fs._layer_fns
+    fs._layer_fns = dataclasses.replace(fns, attend=wrap(fns.attend, "decode.attention"))
     fs._sample, fs._record = wrap(fs._sample, "decode.sampling"), wrap(fs._record, "decode.record")
     try:
         yield
     finally:
-        fast_sampler.attend = attend
+        fs._layer_fns = fns
         del fs._sample, fs._record  # the class's methods again
         for h in handles:
             h.remove()
@@ -512,8 +512,9 @@ def main() -> int:
                    default=["matmul"], help="FastSampler decode_attention values, one row each per batch "
                    "(plain generate runs once per batch, beside the first)")
     p.add_argument("--compile-decode", dest="compile_decode", action="store_true",
-                   help="FastSampler compile_decode: the decode step's layers and head through torch.compile, then "
-                   "captured (fuses the ~45 small kernels a layer; the warm-up call compiles)")
+                   help="FastSampler compile_decode: each layer's step around its (eager) KV write and "
+                   "attention through torch.compile, then captured (fuses the ~45 small kernels a layer; the "
+                   "warm-up call compiles)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
     p.add_argument("--check-only", dest="check_only", action="store_true",
                    help="only the log-prob check (one row per --decode-attention; e.g. with --dtype fp32)")

@@ -12,8 +12,13 @@
 #             bound's ms per step, the profiler's top-30 table (profile_profile.txt; figures in profile.json's
 #             "profile")
 #   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 with each
-#             decoder layer's step through one torch.compile'd function before capture (fusing ~50 small kernels a layer)
-#   rollout_flex   the same rows with decode_attention flex (FlexAttention's split-KV decoding kernel, compiled layer)
+#             decoder layer's step compiled around its attention before capture: one torch.compile'd function before
+#             attention (norm, q/k/v, q/k norms, RoPE), one after (o_proj, MLP, residual adds), each shared by all
+#             layers (fusing ~50 small kernels a layer); the KV write and the attention stay eager
+#             (agentrl.rollout.decode_layer: with the write inside, the compiled layer copied the K/V slices every
+#             layer and step, 0.155 / 0.158 of the bound against eager's 0.251 / 0.285, H200 2026-12-02)
+#   rollout_flex   the same rows with decode_attention flex (FlexAttention's split-KV decoding kernel, compiled on its
+#             own over the read-only cache, between the same compiled regions; 0.159 / 0.115 with the write inside)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
@@ -122,11 +127,12 @@ else
   # last part cut; PARTS=profile runs it alone
   part profile 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
     --profile-steps 16 --decode-attention "${ATT[0]}"
-  # rollout_compiled: the decode step's layers through torch.compile before capture (FastSampler compile_decode):
-  # the same rows as rollout's first attention at 64 / 256; the warm-up call compiles (an estimate: 60-90 s)
+  # rollout_compiled: the decode step's layers compiled around the eager KV write and attention, before capture
+  # (FastSampler compile_decode): the same rows as rollout's first attention at 64 / 256; the warm-up call compiles
+  # (an estimate: 60-90 s)
   part rollout_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --compile-decode --decode-attention "${ATT[0]}"
-  # rollout_flex: FlexAttention's decoding kernel (split-KV, GQA, row lengths as a score mod) in the compiled layer
+  # rollout_flex: FlexAttention's decoding kernel (split-KV, GQA, row lengths as a score mod), compiled on its own
   part rollout_flex 120 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --decode-attention flex
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"

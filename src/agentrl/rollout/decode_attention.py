@@ -17,7 +17,8 @@ lengths live in the mask tensor) and equal up to float rounding (tests/rollout/t
   the row lengths as a score modification (-inf past the row's written keys). Under torch.compile, inductor
   generates a split-KV decoding kernel for a one-token query (FlexDecoding, as flash-decoding: the key axis split
   across thread blocks, each KV byte read once, GQA heads sharing their KV head's loads); eager it runs an
-  unfused reference, so FastSampler compiles the decode layer whenever this form is chosen. The H200 profile
+  unfused reference, so FastSampler compiles this call (on its own, over the read-only cache: see
+  agentrl.rollout.decode_layer) whenever this form is chosen. The H200 profile
   (bench/README.md) measured cuDNN's flash forward, which the "sdpa" form reaches, at about 60% of the bandwidth
   on this shape.
 """
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa", "flex")  # the forms; the first is FastSampler's default
-COMPILED_ONLY = ("flex",)  # forms that run fused only inside torch.compile (FastSampler then compiles its layers)
+COMPILED_ONLY = ("flex",)  # forms that run fused only inside torch.compile (FastSampler then compiles `attend`)
 
 
 def key_mask(valid: torch.Tensor, form: str, dtype: torch.dtype) -> torch.Tensor:

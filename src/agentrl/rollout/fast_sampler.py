@@ -25,8 +25,10 @@ context that extends it token for token (the episode's next turn) is prefilled i
 kept KV ends; only when a slot must be reused within a call (more requests than slots) is a kept row's KV
 cloned out first.
 
-Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa"): see
-agentrl.rollout.decode_attention; prefill is the same for all.
+Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa", "flex"): see
+agentrl.rollout.decode_attention; prefill is the same for all. Each layer's decode step is
+agentrl.rollout.decode_layer's: with compile_decode, its parts before and after attention are compiled, while the
+KV-cache write and the attention stay eager ("flex" attention compiled on its own).
 
 Threads. A graph capture is invalidated by another thread's CUDA allocation or free while it runs (the async
 learner's update beside the opencode policy server's sampler thread did it on the H200, 2026-12-02:
@@ -48,13 +50,13 @@ from typing import Any
 
 import torch
 
-from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, attend, key_mask
+from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, key_mask
+from agentrl.rollout.decode_layer import decode_layer, layer_fns
 from agentrl.rollout.fast_model import (
     SlotState,
     arch_of,
     copy_prefixes,
     prefill_slots,
-    qkv,
     rope_tables,
 )
 from agentrl.rollout.hf_sampler import Sample, SamplingConfig, sampling_warpers
@@ -127,8 +129,11 @@ class FastSampler:
         decode_attention: "matmul" (default), "sdpa", "sdpa_gqa" or "flex": how a decode step attends over the
             static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to
             rounding. "flex" implies compile_decode (FlexAttention is fused only under torch.compile).
-        compile_decode: each decoder layer's decode step through torch.compile (one compiled function shared by
-            every layer); the first calls pay the compile.
+        compile_decode: each decoder layer's step around its attention through torch.compile: one compiled
+            function for the part before attention (norm, projections, RoPE) and one for the part after (o_proj,
+            MLP, residual adds), each shared by every layer; the KV-cache write and the attention ("flex": compiled
+            on its own, reading the cache only) stay eager (agentrl.rollout.decode_layer says why). The first calls
+            pay the compile.
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (KV taken from kept rows), shared_rows (rows that copied a group leader's KV),
@@ -178,20 +183,18 @@ class FastSampler:
         self.keep_kv, self.share_prompts, self.kv_store_tokens = keep_kv, share_prompts, kv_store_tokens
         self.store = PrefixStore(0)
         self.stats: dict[str, int] = {}
-        # compile_decode: each decoder layer's decode step through torch.compile (inductor fuses its norms, RoPE,
-        # residual adds and SiLU-mul, ~50 small kernels a layer on the H200 profile, into a few). Regional
-        # compilation: one function compiled for all layers (the layer is an argument; with inlined nn.Modules its
-        # weights are graph inputs), so compile time is one layer's, not 28 unrolled layers' (the whole-step
-        # compile did not finish a first row in 119 s on the H200). Embedding, final norm, head, sampling and
+        # compile_decode: regional compilation of each decoder layer's step (agentrl.rollout.decode_layer): the
+        # part before attention (input RMSNorm, q/k/v projections, q/k norms, RoPE) and the part after (o_proj,
+        # residual adds, post-attention RMSNorm, SiLU-gated MLP) are each one torch.compile'd function shared by every
+        # layer, so inductor fuses the ~50 small kernels a layer of the H200 profile and compile time is one layer's
+        # (the whole-step compile of 28 unrolled layers did not finish a first row in 119 s on the H200). The KV write
+        # into the static cache and the attention (but "flex", compiled on its own, reading the cache only) stay
+        # eager: with the write inside the compiled layer, inductor copied the whole K and V slices per layer and step
+        # (functionalized input mutation), and that step ran at 0.155 / 0.158 of the bandwidth bound at batch
+        # 64 / 256 against eager's 0.251 / 0.285 (H200, 2026-12-02). Embedding, final norm, head, sampling and
         # recording stay eager (the captured graph draws its noise through the graph-safe default generator).
-        compiled_only = decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
-        self.compile_decode = bool(compile_decode) or compiled_only
-        # dynamic shapes (batch bucket, span) except FlexAttention on CPU, whose C++ template fails to build with a
-        # symbolic key length (torch 2.13: `cur_kvSplitSize2` undeclared); there each shape compiles, and past
-        # dynamo's recompile limit the step runs eager (the unfused reference: correct, slow)
-        static = compiled_only and self.device.type == "cpu"
-        self._layer_step = (torch.compile(decode_layer, dynamic=False if static else None) if self.compile_decode
-                            else decode_layer)
+        self.compile_decode = bool(compile_decode) or decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
+        self._layer_fns = layer_fns(self.compile_decode, decode_attention, self.device)
 
     # ---------------------------------------------------------------- public
     @torch.no_grad()
@@ -265,16 +268,17 @@ class FastSampler:
 
     def _forward(self, b: int, span: int) -> torch.Tensor:
         """The decode step's model part: [b, V] logits of slots [0, b) fed their last tokens, each row's K/V
-        written into its cache column lens[r] (each layer through `decode_layer`, compiled when compile_decode)."""
+        written into its cache column lens[r] (each layer through `decode_layer`, its regions compiled when
+        compile_decode)."""
         st, ar = self.state, self.arch
         lens = st.lens[:b]
         mask = key_mask(st.cols[None, :span] <= lens[:, None], self.decode_attention, self.dtype)
         cos, sin = self.rope[0][lens][:, None, None], self.rope[1][lens][:, None, None]  # [b, 1, 1, D]
         at = lens.view(b, 1, 1, 1).expand(b, ar.n_kv, 1, ar.head_dim)
-        h = ar.embed(st.tokens[:b])[:, None]  # [b, 1, H]
+        h = ar.embed(st.tokens[:b, None])  # [b, 1, H]; not a view (see decode_layer.layer_fns)
         for li, layer in enumerate(ar.layers):
-            h = self._layer_step(layer, h, cos, sin, at, st.k[li][:b, :, :span], st.v[li][:b, :, :span], mask,
-                                 self.decode_attention, ar.scaling, ar.head_dim)
+            h = decode_layer(layer, h, cos, sin, at, st.k[li][:b, :, :span], st.v[li][:b, :, :span], mask,
+                             self.decode_attention, ar.scaling, self._layer_fns)
         return ar.head(ar.norm(h[:, 0]))
 
     def _record(self, b: int, tok: torch.Tensor, logp: torch.Tensor) -> None:
@@ -580,24 +584,6 @@ class FastSampler:
         k = self._turn_len(ids, budget)
         stopped = k > 0 and int(ids[k - 1]) in self._stops
         return Sample(tuple(ids[:k]), tuple(logps[:k]), hit_token_limit=not stopped)
-
-
-def decode_layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, at: torch.Tensor,
-                 kc: torch.Tensor, vc: torch.Tensor, mask: torch.Tensor, form: str, scaling: float,
-                 head_dim: int) -> torch.Tensor:
-    """One decoder layer's decode step: h [b, 1, H] (each row's last token) -> [b, 1, H].
-
-    The row's K/V are written in place into kc/vc [b, nkv, span, D] (views of the static cache) at column `at`
-    ([b, nkv, 1, D] long: the row's length, its position), then attention over the cache under `mask`
-    (agentrl.rollout.decode_attention, form `form`); cos/sin [b, 1, 1, D] are the rows' RoPE rows. As HF's
-    Qwen3/Qwen2/Llama decoder layer: pre-norm attention and MLP, each added to the residual stream.
-    """
-    a = layer.self_attn
-    q, k, v = qkv(a, layer.input_layernorm(h), cos, sin, head_dim)
-    kc.scatter_(2, at, k)
-    vc.scatter_(2, at, v)
-    h = h + a.o_proj(attend(q, kc, vc, mask, form, scaling))
-    return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
 def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig | None = None, *,
