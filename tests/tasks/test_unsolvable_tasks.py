@@ -33,6 +33,9 @@ def test_failing_references_are_named_and_recorded(caplog):
         with caplog.at_level(logging.WARNING):
             assert warn_unsolvable_tasks(cfg, tasks, sandbox, rec) == bad
         (w,) = rec.warnings
+        resumed = Recorded()  # a resumed run's results already hold the warning: not checked or added again
+        resumed.data = {"warnings": [w]}
+        assert warn_unsolvable_tasks(cfg, tasks, sandbox, resumed) == [] and resumed.warnings == []
         assert w["kind"] == "unsolvable_tasks" and w["step"] == 0 and w["value"] == 1
         assert "1 of 5 tasks in /data/my_tasks.jsonl can never be solved" in w["message"]
         assert broken.id in w["message"] and "agentrl tasks check --file /data/my_tasks.jsonl" in w["message"]

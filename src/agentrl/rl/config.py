@@ -45,7 +45,8 @@ from agentrl.rollout.samplers import SAMPLERS
 # a size like `--group-size 1e11` is a typo that would allocate until the machine runs out of memory.
 MAX_EPISODES_PER_CALL = 1 << 20
 
-__all__ = ["ADV_MODES", "FLAT", "MAX_EPISODES_PER_CALL", "PRESETS", "RLConfig", "TRAIN_ONLY", "cli_command", "flat_fields"]
+__all__ = ["ADV_MODES", "FLAT", "MAX_EPISODES_PER_CALL", "PRESETS", "RLConfig", "TRAIN_ONLY", "cli_command",
+           "flat_fields"]
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,7 @@ class RLConfig:
             if getattr(v, name) not in choices:
                 raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
                                  f"got {getattr(v, name)!r}")
-        rows = v.prompts_per_step * v.group_size
-        for name, n in (("prompts_per_step*group_size", rows), ("eval_n", v.eval_n)):
-            if n > MAX_EPISODES_PER_CALL:
-                raise ValueError(f"RLConfig.{name}: expected at most {MAX_EPISODES_PER_CALL:,} episodes at once "
-                                 f"(each is held until the update or the evaluation's end), got {n:,}")
-        if v.minibatches > rows:
-            raise ValueError(f"RLConfig.minibatches: {v.minibatches} minibatches need at least as many "
-                             f"episodes per step, got prompts_per_step*group_size = {rows}")
+        _validate_episode_counts(v)
 
     def _validate_names(self, v: SimpleNamespace) -> None:
         """model, tasks, out, env and device are non-empty; adv_mode and sampler are registered names; dtype is
@@ -248,6 +242,18 @@ FLAT: dict[str, tuple[str, str]] = {f.name: (f.section, f.field.name) for f in _
 def flat_fields() -> tuple[FlatField, ...]:
     """Every RLConfig field under its flat name, section by section (the flags' and the results file's order)."""
     return _FLAT_FIELDS
+
+
+def _validate_episode_counts(v: SimpleNamespace) -> None:
+    """Episodes per step and per evaluated task: at most MAX_EPISODES_PER_CALL, and at least one a minibatch."""
+    rows = v.prompts_per_step * v.group_size
+    for name, n in (("prompts_per_step*group_size", rows), ("eval_n", v.eval_n)):
+        if n > MAX_EPISODES_PER_CALL:
+            raise ValueError(f"RLConfig.{name}: expected at most {MAX_EPISODES_PER_CALL:,} episodes at once "
+                             f"(each is held until the update or the evaluation's end), got {n:,}")
+    if v.minibatches > rows:
+        raise ValueError(f"RLConfig.minibatches: {v.minibatches} minibatches need at least as many "
+                         f"episodes per step, got prompts_per_step*group_size = {rows}")
 
 
 def _validate_async(v: SimpleNamespace) -> None:

@@ -280,16 +280,17 @@ def default_sandbox(cfg: RLConfig) -> Any:
     return Sandbox()
 
 
-BUILTIN_TASK_SOURCES = ("bugfix", "mbpp", "humaneval", "wordle")  # generated or pinned: checked by their own tests
-
-
 def warn_unsolvable_tasks(cfg: RLConfig, tasks: TaskSets, sandbox: Any, results: Any) -> list[tuple[str, str]]:
     """A task file's tasks (train and held out) whose reference fails their own hidden tests: logged as one
     warning and recorded in the results file's `warnings` (kind unsolvable_tasks, step 0). Such a task scores 0
-    whatever the policy does (agentrl.tasks.check.failing_references); the run goes on. Built-in sources and
-    sandboxes without `run_tests_batch` are not checked. Returns [(task id, why)]."""
+    whatever the policy does (agentrl.tasks.check.failing_references); the run goes on. Built-in sources
+    (generated or pinned: checked by their own tests), sandboxes without `run_tests_batch` and a resumed run whose
+    results already hold this warning are not checked. Returns [(task id, why)]."""
+    from agentrl.tasks.sets import is_task_file
+
     run_batch = getattr(sandbox, "run_tests_batch", None)
-    if cfg.tasks.source in BUILTIN_TASK_SOURCES or run_batch is None:
+    done = any(w.get("kind") == "unsolvable_tasks" for w in getattr(results, "data", {}).get("warnings") or [])
+    if not is_task_file(cfg.tasks.source) or run_batch is None or done:
         return []
     from agentrl.tasks.check import failing_references
 
@@ -304,4 +305,3 @@ def warn_unsolvable_tasks(cfg: RLConfig, tasks: TaskSets, sandbox: Any, results:
         results.add_warning({"step": 0, "kind": "unsolvable_tasks", "metric": "tasks", "value": len(bad),
                              "message": msg})
     return bad
-

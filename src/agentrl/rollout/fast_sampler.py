@@ -20,9 +20,9 @@ first-come order and checks only every 16 steps, 512 requests with budgets in [6
 0.768 of a full batch's decode tokens/s on the H200 (2026-12-02), and a count of decode steps gives 0.769 for
 that schedule, so the shortfall was the drain at the end, not the kernels; the same count gives 0.99 for this
 one (tests/rollout/test_fast_sampler_continuous.py). Attention spans the written columns rounded up to
-`length_multiple` (one graph per (bucket, span)). With keep_kv, a finished row's KV stays in its slot (kept in place) and the next call's
-context that extends it token for token (the episode's next turn) is prefilled in that slot from where the
-kept KV ends; only when a slot must be reused within a call (more requests than slots) is a kept row's KV
+`length_multiple` (one graph per (bucket, span)). With keep_kv, a finished row's KV stays in its slot (kept in
+place) and the next call's context that extends it token for token (the episode's next turn) is prefilled in
+that slot from where the kept KV ends; only when a slot must be reused within a call (more requests than slots) is a kept row's KV
 cloned out first.
 
 Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa", "flex"): see

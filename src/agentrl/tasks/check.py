@@ -68,6 +68,17 @@ def _apply(source: str, old: str, new: str) -> str | None:
     return source.replace(old, new) if old and source.count(old) == 1 else None
 
 
+def _job(task: Task, text: str, tests: tuple[str, ...]) -> TestJob:
+    """`tests` run against `text` as the task's source file (its module and test setup)."""
+    return TestJob(files={task.source_file: text}, module=task.module, tests=tests, setup=task.test_setup)
+
+
+def _reference_failure(report: TestReport) -> str:
+    """What a reference job's failing report says: how many hidden tests fail, and its error if any."""
+    return (f"reference fails {report.total - report.passed} hidden test(s)"
+            + (f" ({report.error})" if report.error else ""))
+
+
 def _jobs(task: Task, stats: FamilyStats) -> list[tuple[str, TestJob]]:
     """The (kind, job) pairs that grade one task; structural problems go to `stats.problems`."""
     buggy = task.files.get(task.source_file)
@@ -75,11 +86,8 @@ def _jobs(task: Task, stats: FamilyStats) -> list[tuple[str, TestJob]]:
         stats.problems.append(f"{task.id}: source file {task.source_file!r} missing from files")
         return []
 
-    def job(text: str, tests: tuple[str, ...]) -> TestJob:
-        return TestJob(files={task.source_file: text}, module=task.module, tests=tests, setup=task.test_setup)
-
-    out = [("reference", job(task.reference, task.hidden_tests)), ("buggy", job(buggy, task.hidden_tests)),
-           ("public", job(buggy, task.public_tests))]
+    out = [("reference", _job(task, task.reference, task.hidden_tests)),
+           ("buggy", _job(task, buggy, task.hidden_tests)), ("public", _job(task, buggy, task.public_tests))]
     for op in task.edit_ops:
         edited = _apply(buggy, op.old, op.new)
         if edited is None or edited == buggy:
@@ -88,7 +96,7 @@ def _jobs(task: Task, stats: FamilyStats) -> list[tuple[str, TestJob]]:
             if edited != task.reference:
                 stats.problems.append(f"{task.id}: correct op {op.name} does not restore the reference")
         else:
-            out.append((f"wrong:{op.name}", job(edited, task.hidden_tests)))
+            out.append((f"wrong:{op.name}", _job(task, edited, task.hidden_tests)))
     return out
 
 
@@ -98,8 +106,7 @@ def _tally(task: Task, kind: str, report: TestReport, stats: FamilyStats) -> Non
     if kind == "reference":
         stats.reference_pass += report.all_passed
         if not report.all_passed:
-            stats.problems.append(f"{task.id}: reference fails {report.total - report.passed} hidden test(s)"
-                                  + (f" ({report.error})" if report.error else ""))
+            stats.problems.append(f"{task.id}: {_reference_failure(report)}")
     elif kind == "buggy":
         stats.buggy_pass += report.all_passed
         if report.all_passed:
@@ -125,15 +132,9 @@ def failing_references(tasks: Sequence[Task], run_batch: RunBatch) -> list[tuple
     gave no verdict for is not counted as failing. Tasks without hidden tests or reference are skipped.
     """
     todo = [t for t in tasks if t.hidden_tests and t.reference and t.source_file in t.files]
-    jobs = [TestJob(files={t.source_file: t.reference}, module=t.module, tests=t.hidden_tests, setup=t.test_setup)
-            for t in todo]
-    reports = list(run_batch(jobs)) if jobs else []
-    out = []
-    for task, report in zip(todo, reports, strict=True):
-        if report.run.error is None and not report.all_passed:
-            out.append((task.id, f"reference fails {report.total - report.passed} of {report.total} hidden test(s)"
-                                 + (f" ({report.error})" if report.error else "")))
-    return out
+    reports = list(run_batch([_job(t, t.reference, t.hidden_tests) for t in todo])) if todo else []
+    return [(task.id, _reference_failure(report)) for task, report in zip(todo, reports, strict=True)
+            if report.run.error is None and not report.all_passed]
 
 
 def check_tasks(tasks: Sequence[Task], run_batch: RunBatch | None = None) -> dict[str, FamilyStats]:

@@ -51,6 +51,12 @@ def _cap(tasks: list[Task], n: int) -> list[Task]:
     return tasks[:n] if n else tasks
 
 
+def is_task_file(source: str) -> bool:
+    """Whether a task source names a task file (agentrl.tasks.jsonl), not one of the built-in sources."""
+    return source not in ("bugfix", "mbpp", "humaneval", "wordle") and (
+        Path(source).suffix in (".jsonl", ".json") or Path(source).exists())
+
+
 def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families: str = "", eval_families: str = "",
               randomize: bool = True, seed: int = 0, reward_includes_shown_test: bool = False) -> TaskSets:
     """Build the train and held-out sets for `source`.
@@ -104,7 +110,7 @@ def task_sets(source: str, *, train_size: int = 0, eval_size: int = 0, families:
         held = sorted(random.Random(seed + 1).sample(held, min(len(held), eval_size or DEFAULT_EVAL_SIZE["wordle"])),
                       key=lambda t: t.id)
         train = _cap(train, train_size)
-    elif Path(source).suffix in (".jsonl", ".json") or Path(source).exists():
+    elif is_task_file(source):
         from agentrl.tasks.jsonl import load_tasks
 
         tasks = load_tasks(source)
