@@ -70,7 +70,7 @@ def real_model_figures(key: str, parts: dict[str, list[dict]]) -> list[dict[str,
                                    f"(decode_attention={att})", by.get(b, {}).get("frac_bound"), ">=", thr))
     upd = [r for r in parts.get(f"update_{key}", []) if r.get("dtype") == "bf16" and r.get("grad_ckpt") == "off"
            and "extra" not in r]
-    out.append(target("6", f"{name}: update tokens/s, bf16, packed, default microbatches",
+    out.append(target("6", f"{name}: update tokens/s, bf16, packed, 4-row microbatches, no checkpointing",
                       upd[0].get("packed_all_tok_s") if upd else None, "info", 0))
     steps = [r for r in parts.get(f"step_{key}", []) if r.get("env") == "coding-tools" and r.get("dtype") == "bf16"
              and isinstance(r.get("step_s"), float)]

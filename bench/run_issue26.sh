@@ -22,7 +22,7 @@
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
-#   update    bench_update.py: the default update (RLConfig defaults) vs full logits, bf16, checkpointing off and on,
+#   update    bench_update.py: 4-row microbatches (the old default) vs full logits, bf16, checkpointing off and on,
 #             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) (item 5)
 #   step      bench_step.py: 2 coding-tools train steps (8 x 8, fast sampler, KV kept in place, micro 4), time and peak
 #             (item 3)

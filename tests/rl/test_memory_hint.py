@@ -12,7 +12,8 @@ from agentrl.rl.run_folder import memory_hint, record_failure
 
 
 def test_an_oom_names_the_memory_settings_and_the_fixes_in_order():
-    cfg = RLConfig.from_flat(micro=2, max_context_tokens=8192, gen_batch=32, dtype="fp32")
+    cfg = RLConfig.from_flat(micro=2, micro_tokens=0, gradient_checkpointing=False, max_context_tokens=8192, gen_batch=32,
+                             dtype="fp32")
     hint = memory_hint(cfg, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 336.00 MiB"))
     assert "micro 2" in hint and "max_context_tokens 8192" in hint and "gradient_checkpointing False" in hint
     fixes = hint.split("Try, in this order: ")[1]

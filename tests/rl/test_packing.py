@@ -148,7 +148,7 @@ def test_lora_update_takes_the_packed_path(tiny_qwen3, make_batch):
         calls.append(1)
         return orig(*a, **k)
 
-    cfg = RLConfig.from_flat(micro=2, kl_coef=0.05, logprob_chunk_rows=7, pack_rows=True)
+    cfg = RLConfig.from_flat(micro=2, micro_tokens=0, kl_coef=0.05, logprob_chunk_rows=7, pack_rows=True)
     logprobs_mod.packed_hidden = spy
     try:
         accumulate_gradients(model, b, cfg, normalizer=b.num_policy_tokens, ref_model=AdapterOffReference(model))

@@ -7,13 +7,13 @@ import torch
 
 from agentrl.rl.config import RLConfig
 from agentrl.rl.loss import policy_loss
-from agentrl.rl.update import accumulate_gradients, microbatch_rows, minibatch_step
+from agentrl.rl.update import accumulate_gradients, checkpoint_if_configured, microbatch_rows, minibatch_step
 
 
 def _cfg(**kw):
     # padded trunk: these pin the microbatching algebra at fp64 precision (the packed trunk's values differ
     # from the padded ones at fp32 rounding, see test_packing.py; its microbatching is pinned below)
-    base = dict(micro=2, minibatches=1, epochs=1, max_grad_norm=1e9, logprob_chunk_rows=5, pack_rows=False)
+    base = dict(micro=2, micro_tokens=0, minibatches=1, epochs=1, max_grad_norm=1e9, logprob_chunk_rows=5, pack_rows=False)
     base.update(kw)
     return RLConfig.from_flat(**base)
 
@@ -272,3 +272,30 @@ def test_out_of_memory_at_the_floor_propagates(tiny_qwen3, make_batch, monkeypat
     assert upd.smaller_microbatches(_cfg(micro_tokens=4096).update).micro_tokens == 2048
     assert upd.smaller_microbatches(_cfg(micro_tokens=300).update) is None
     assert upd.smaller_microbatches(_cfg(micro=1).update) is None
+
+
+def test_defaults_are_checkpointed_token_budget_microbatches():
+    # issue 26 item 5: the H200 measured 16k-token microbatches with checkpointing 1.60x as fast as 4-row
+    # microbatches without, in 0.79x the memory above static (bench/README.md, fifth session)
+    u = RLConfig().update
+    assert u.gradient_checkpointing is True and u.micro_tokens == 16384
+
+
+def test_checkpoint_if_configured_turns_it_on_only_for_training_runs(tiny_qwen3):
+    model = tiny_qwen3(dtype=torch.float32)
+    assert checkpoint_if_configured(RLConfig.from_flat(steps=0), model) is False
+    assert not model.is_gradient_checkpointing
+    assert checkpoint_if_configured(RLConfig.from_flat(gradient_checkpointing=False), model) is False
+    assert checkpoint_if_configured(RLConfig.from_flat(steps=2), model) is True
+    assert model.is_gradient_checkpointing and model.training
+
+
+def test_a_model_that_cannot_checkpoint_trains_without_it_and_says_so(caplog):
+    class Plain(torch.nn.Module):  # neither activation_ nor gradient_checkpointing_enable
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+    with caplog.at_level("WARNING", logger="agentrl"):
+        assert checkpoint_if_configured(RLConfig.from_flat(steps=2), Plain()) is False
+    assert "training without it" in caplog.text and "Plain" in caplog.text

@@ -30,7 +30,7 @@ from agentrl.scale.update import dp_accumulate, dp_minibatch_step  # noqa: E402
 
 
 def cfg(**kw):
-    base = dict(micro=2, clip_low=0.2, clip_high=0.3, kl_coef=0.0, temperature=1.0, logprob_chunk_rows=7,
+    base = dict(micro=2, micro_tokens=0, clip_low=0.2, clip_high=0.3, kl_coef=0.0, temperature=1.0, logprob_chunk_rows=7,
                 epochs=1, minibatches=1, max_grad_norm=1.0, top_k=None, top_p=1.0)
     base.update(kw)
     return RLConfig.from_flat(**base)

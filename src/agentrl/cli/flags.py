@@ -23,6 +23,7 @@ from agentrl.rl.config import FLAT, RLConfig, flat_fields
 NEGATIVE_HELP: dict[str, str] = {
     "randomize_names": "Keep the function under test's original name (it may hint at the bug).",
     "pack_rows": "Run the update's trunk on the right-padded batch (padding computed, then ignored).",
+    "gradient_checkpointing": "Keep every layer's activations for backward (faster update, more memory).",
 }
 
 

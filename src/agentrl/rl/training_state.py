@@ -15,7 +15,7 @@ import torch
 from agentrl.models.lora import AdapterOffReference, apply_lora
 from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_partial_checkpoints
 from agentrl.rl.config import RLConfig
-from agentrl.rl.update import compile_decoder_layers, enable_gradient_checkpointing
+from agentrl.rl.update import checkpoint_if_configured, compile_decoder_layers
 
 log = logging.getLogger("agentrl.train")
 
@@ -51,8 +51,7 @@ def build_training_state(cfg: RLConfig, out: Path, model: Any) -> TrainingState:
     Raises:
         ValueError: a model with no trainable parameters for a training run; --resume without a checkpoint.
     """
-    if cfg.update.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
+    checkpoint_if_configured(cfg, model)
     if cfg.update.compile_layers and cfg.run.steps > 0:
         log.info("compiled %d decoder layers for the update (--compile-layers)", compile_decoder_layers(model))
     model = with_lora(cfg, model)

@@ -280,6 +280,22 @@ def enable_gradient_checkpointing(model: nn.Module) -> None:
     model.train()
 
 
+def checkpoint_if_configured(cfg: Any, model: nn.Module) -> bool:
+    """Turn on activation checkpointing (enable_gradient_checkpointing) when `cfg.update.gradient_checkpointing`
+    is set and the run trains (`cfg.run.steps > 0`). On by default (as in TRL's GRPOConfig), so a model that
+    cannot checkpoint gets a logged warning and trains without it instead of an error. Returns whether
+    checkpointing is on."""
+    if not (cfg.update.gradient_checkpointing and cfg.run.steps > 0):
+        return False
+    try:
+        enable_gradient_checkpointing(model)
+    except ValueError as e:
+        log.warning("gradient checkpointing is on but %s; training without it (--no-gradient-checkpointing "
+                    "silences this)", e)
+        return False
+    return True
+
+
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The decoder layers of an HF causal LM (plain or wrapped by peft): `get_decoder().layers`.
 

@@ -36,7 +36,7 @@ from agentrl.rl.backend import LocalBackend
 from agentrl.rl.config import RLConfig
 from agentrl.rl.run_setup import load_inputs, run_task_sets
 from agentrl.rl.session import RunSession, default_sandbox
-from agentrl.rl.update import enable_gradient_checkpointing
+from agentrl.rl.update import checkpoint_if_configured
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.scale.context import DistContext, shard_groups
 from agentrl.scale.fsdp import (
@@ -96,8 +96,7 @@ def open_rank_session(cfg: RLConfig, sampler: Any = None, *, name: str,
     try:
         inputs = load_inputs(cfg, tasks, sandbox)
         model = inputs.model
-        if cfg.update.gradient_checkpointing:
-            enable_gradient_checkpointing(model)
+        checkpoint_if_configured(cfg, model)
         ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.update.kl_coef > 0 else None
         out = Path(cfg.run.out).expanduser().resolve()
         results = RankLocalResults(out / "results.json", cfg.to_flat(), seed=cfg.run.seed, write=False)
