@@ -134,6 +134,9 @@ run_trl_mbpp() {  # TRL drives the loop; the environment owns the reward; bf16 f
 }
 
 run_opencode() {  # the black box: expert rows through opencode itself, then async GRPO, opencode per episode.
+  # --tf32: in full fp32 an opencode model call took 8.8 s, nearly all of it the prefill of its ~4.7k-token
+  # context for 32 episodes at once on CUDA's fp32 (non-tensor-core) path; 9 steps in 670 s, no reward rise
+  # (results/coder/opencode-1.5b). TF32 tensor cores keep fp32 weights and AdamW state.
   # Checkpointing and 8192-token microbatches: without them the 1.5B's fp32 update of two 8k-token rows took the
   # process to 108 GB beside the fast sampler and ran out of memory in step 1 (results/coder/opencode-1.5b-oom)
   local seed=$1 d=$2
@@ -142,7 +145,7 @@ run_opencode() {  # the black box: expert rows through opencode itself, then asy
     --dtype bf16 --seed "$seed" --device "$DEVICE" --out "$d/sft" &&
     grpo "$seed" "$d/sft" coding-tools "$d/rl" --agent opencode --async-rollouts --max-staleness 1 \
       --families "$WRITEUP" --eval-n 4 --prompts-per-step 4 --group-size 8 --gen-batch 32 --micro 2 \
-      --gradient-checkpointing --micro-tokens 8192 \
+      --gradient-checkpointing --micro-tokens 8192 --tf32 \
       --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240
 }
 

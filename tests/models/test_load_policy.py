@@ -126,3 +126,20 @@ def test_model_or_tokenizer_path_that_is_a_file_is_one_line_naming_it(tmp_path, 
         load_tokenizer(f)
     with pytest.raises(ValueError, match="tokenizer path .* is a file"):
         load_policy("tiny-qwen3", tokenizer_path=f)
+
+
+def test_tf32_flag_allows_tf32_matmuls_and_is_recorded():
+    from agentrl.models.policy import PolicyConfig, set_tf32
+    from agentrl.rl.config import RLConfig
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        set_tf32(False)
+        PolicyConfig().load("cpu")
+        assert not torch.backends.cuda.matmul.allow_tf32  # off by default: fp32 stays full precision
+        PolicyConfig(tf32=True).load("cpu")
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        cfg = RLConfig.from_flat(tf32=True)
+        assert cfg.policy.tf32 and cfg.to_flat()["tf32"] is True  # in the results file's config
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
