@@ -16,7 +16,8 @@ Not a test. Qwen3-0.6B architecture, random weights, bf16, no stop token. One ba
   the batch stays full to the end, what continuous batching (new work taking finished rows' slots) would give.
 
 steps = decode steps of the last timed call; occupancy = its decode tokens / the rows its steps ran (the buckets'
-sizes summed): the schedule's share of the decode work, whatever the kernels cost; tok_s = generated tokens / wall s
+sizes summed): the schedule's share of the decode work, whatever the kernels cost; checks / admits = the call's host
+syncs and admission prefills (FastSampler.stats host_checks / admissions: what a step costs beyond its kernels); tok_s = generated tokens / wall s
 of the call (prefill included); dec_tok_s = the same minus a 1-token run
 (prefill only); median of --repeats timed calls after one warm-up call (graph captures). The target figure is
 ragged dec_tok_s / full dec_tok_s >= 0.9 ("compaction within 10% of a full batch").
@@ -80,10 +81,12 @@ def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[in
         times.append(s)
         tokens = sum(len(x.ids) for x in out)
     steps, row_steps = fs.stats["decode_steps"], fs.stats["decode_row_steps"]  # of the last timed call
+    checks, admits = fs.stats["host_checks"], fs.stats["admissions"]
     fs.clear_kv()
     _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), args.device)
     wall = statistics.median(times)
     return {"tokens": tokens, "steps": steps, "occupancy": (tokens - len(contexts)) / max(row_steps, 1),
+            "checks": checks, "admits": admits,
             "wall_s": wall, "prefill_s": prefill_s, "tok_s": tokens / wall,
             "dec_tok_s": (tokens - len(contexts)) / max(wall - prefill_s, 1e-9), "peak_gib": peak_gib(args.device),
             "warmup_s": warm_s, "captures": captures, "capture_s": capture_s}
@@ -111,6 +114,7 @@ def targets(rows: list[dict]) -> list[dict]:
 
 
 COLUMNS = [("mode", ""), ("batch", "d"), ("requests", "d"), ("tokens", "d"), ("steps", "d"), ("occupancy", ".3f"),
+           ("checks", "d"), ("admits", "d"),
            ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
            ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f"),
            ("warmup_s", ".2f"), ("captures", "d"), ("capture_s", ".2f")]

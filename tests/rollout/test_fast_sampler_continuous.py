@@ -92,10 +92,11 @@ def test_kept_kv_stays_in_place_through_compaction(policy):
     assert [[s.ids for s in x[1]] for x in a] == [[s.ids for s in x[1]] for x in b]
 
 
-def decode_steps_of(budgets, slots, check_every):
+def decode_steps_of(budgets, slots, check_every, admit_rows=1):
     """Decode steps of the schedule FastSampler runs when no row stops early: admission longest budget first
-    (stable), a host check every `check_every` steps and, while requests wait, at each step a row's budget runs
-    out; a checked row admitted at step t with budget B ends at step t + B - 1 (its first token is the prefill's)."""
+    (stable), a host check every `check_every` steps and, while requests wait, at the step by which `admit_rows`
+    live rows' budgets have run out; a checked row admitted at step t with budget B ends at step t + B - 1 (its
+    first token is the prefill's)."""
     pending = sorted(range(len(budgets)), key=lambda i: -budgets[i])
     live, t, steps = {}, 0, 0  # slot -> end step
     while True:
@@ -106,7 +107,8 @@ def decode_steps_of(budgets, slots, check_every):
         live = {s: e for s, e in live.items() if e > t}  # budget 1: done at its first token
         if not live:
             return steps
-        nxt = min(live.values()) if pending else max(live.values())
+        ends = sorted(live.values())
+        nxt = ends[min(admit_rows, len(ends)) - 1] if pending else ends[-1]
         stop = min((t // check_every + 1) * check_every, max(nxt, t + 1), max(live.values()))
         steps += stop - t
         t = stop
@@ -146,3 +148,29 @@ def test_continuous_batching_admits_longest_budget_first_and_refills_a_slot_when
     alone = [FastSampler(model, stop_ids=(), pad_id=tok.pad_token_id, cfg=greedy, max_batch=1)([c], [b])[0]
              for c, b in zip(ctx, budgets, strict=True)]
     assert [s.ids for s in got] == [s.ids for s in alone]
+
+
+@pytest.mark.parametrize("admit_rows", [2, 3])
+def test_admissions_wait_for_admit_rows_budget_ends_and_keep_the_tokens(policy, admit_rows):
+    """admit_rows > 1 (the default for 32 slots or more) refills freed slots in groups: the sampler runs exactly the
+    schedule's decode steps, fewer host checks than admit_rows 1, and the tokens of one-by-one sampling."""
+    model, tok = policy
+    ctx = contexts(tok, 12)
+    budgets = [3, 17, 1, 6, 11, 2, 9, 5, 14, 4, 8, 12]
+    greedy = SamplingConfig(max_new_tokens=17, top_k=1)
+
+    def run(k):
+        fs = FastSampler(model, stop_ids=(), pad_id=tok.pad_token_id, cfg=greedy, max_batch=4, check_every=4,
+                         length_multiple=16, admit_rows=k)
+        return fs, fs(ctx, budgets)
+
+    fs, got = run(admit_rows)
+    assert fs.stats["decode_steps"] == decode_steps_of(budgets, 4, 4, admit_rows)
+    one, got_one = run(1)
+    assert [s.ids for s in got] == [s.ids for s in got_one]
+    assert fs.stats["admissions"] < one.stats["admissions"] and fs.stats["host_checks"] < one.stats["host_checks"]
+    assert FastSampler(model, stop_ids=(), pad_id=0, max_batch=128).admit_rows == 8
+    assert FastSampler(model, stop_ids=(), pad_id=0, max_batch=3).admit_rows == 1
+    with pytest.raises(ValueError, match="admit_rows"):
+        FastSampler(model, stop_ids=(), pad_id=0, admit_rows=0)
+

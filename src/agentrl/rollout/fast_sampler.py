@@ -113,6 +113,10 @@ class FastSampler:
         use_cuda_graphs: capture the decode step per batch bucket (default: on when the model is on CUDA).
         prefill_tokens: padded tokens per prefill forward (bounds prefill activation memory).
         check_every: decode steps between host checks (harvest, admit pending requests, compaction).
+        admit_rows: while requests wait, a host check also runs at the step by which this many live rows' budgets
+            have run out (their slots are free then), so freed slots are refilled in groups: each check is a host
+            sync and each admission a prefill forward, whose cost is mostly fixed per call on a GPU. None (default):
+            max(1, max_batch // 16), e.g. 8 for 128 slots (1 = a check at every budget end).
         length_multiple: attention spans the written cache columns rounded up to this (one graph per
             (bucket, span), reused across steps and calls).
         min_graph_steps: a new graph is captured only when at least this many steps remain (short turns
@@ -141,7 +145,8 @@ class FastSampler:
     extended the KV left in their own slot), cloned_out (kept rows copied out of a slot needed again),
     graph_captures (CUDA graphs captured during the call, one per new (batch bucket, span)), capture_ms (host
     milliseconds those captures took, warm-up included), decode_steps (decode steps run, each over its bucket's
-    rows) and decode_row_steps (the sum of those buckets: decode tokens / decode_row_steps is the occupancy).
+    rows), decode_row_steps (the sum of those buckets: decode tokens / decode_row_steps is the occupancy),
+    host_checks (host syncs of the decode loop) and admissions (prefill calls that admitted requests).
 
     Raises:
         ValueError: unsupported architecture (see module doc), or bad arguments.
@@ -152,7 +157,7 @@ class FastSampler:
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
                  keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
                  bucket_sizes: tuple[int, ...] | None = None, decode_attention: str = "matmul",
-                 compile_decode: bool = False):
+                 compile_decode: bool = False, admit_rows: int | None = None):
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION}, "
                              f"got {decode_attention!r}")
@@ -171,6 +176,9 @@ class FastSampler:
         self.stop = torch.tensor(sorted(set(int(s) for s in stop_ids)), dtype=torch.long, device=self.device)
         self._stops = set(self.stop.tolist())
         self.max_batch, self.prefill_tokens, self.check_every = max_batch, prefill_tokens, check_every
+        self.admit_rows = max(1, max_batch // 16) if admit_rows is None else int(admit_rows)
+        if self.admit_rows < 1:
+            raise ValueError(f"FastSampler: admit_rows must be >= 1, got {admit_rows!r}")
         self.length_multiple, self.min_graph_steps = length_multiple, min_graph_steps
         self.graphs_on = (self.device.type == "cuda") if use_cuda_graphs is None else bool(use_cuda_graphs)
         if self.graphs_on and self.device.type != "cuda":
@@ -206,7 +214,8 @@ class FastSampler:
             raise ValueError("FastSampler: need one budget >= 1 per non-empty context")
         self.stats = dict.fromkeys(("context_tokens", "prefill_tokens", "reused_tokens", "shared_rows",
                                     "admitted_late", "kept_in_place", "cloned_out", "graph_captures",
-                                    "capture_ms", "decode_steps", "decode_row_steps"), 0)
+                                    "capture_ms", "decode_steps", "decode_row_steps", "host_checks",
+                                    "admissions"), 0)
         self.store.begin(weights_version(self.model) if self.keep_kv else None)
         out = self._run(contexts, budgets) if contexts else []
         self.store.finish()
@@ -389,15 +398,16 @@ class FastSampler:
         t, b, span, next_end = 0, self._cover(), 0, 0
         while True:
             left = max((r.t0 + r.budget - 1 - t for r in self._rows.values()), default=0)
-            # t = 0: rows done at their first token; while requests wait, also the step a row's budget runs out
-            # (its slot is free then; a row that stops early waits for the next regular check)
+            # t = 0: rows done at their first token; while requests wait, also the step by which admit_rows rows'
+            # budgets have run out (their slots are free then; a row that stops early waits for a regular check)
             if t % self.check_every == 0 or left <= 0 or (self._pending and t >= next_end):
                 b = self._check(t, results)
                 if not self._rows:
                     break
                 span = self._span(b, t)
                 left = max(r.t0 + r.budget - 1 - t for r in self._rows.values())
-                next_end = min(r.t0 + r.budget - 1 for r in self._rows.values())
+                ends = sorted(r.t0 + r.budget - 1 for r in self._rows.values())
+                next_end = ends[min(self.admit_rows, len(ends)) - 1]
             t += 1
             self.stats["decode_steps"] += 1
             self.stats["decode_row_steps"] += b
@@ -429,6 +439,7 @@ class FastSampler:
         if not cis:
             return
         st, ctxs = self.state, self._contexts
+        self.stats["admissions"] += 1
         slots, starts, run, copies, followers = self._place(cis, t)
         copy_prefixes(st, *copies)
         self.stats["prefill_tokens"] += sum(len(ctxs[ci]) - p for ci, p in zip(run, starts, strict=True))
@@ -511,6 +522,7 @@ class FastSampler:
         """Host check at step t: harvest finished rows, admit pending requests into free slots, or (none
         pending) compact live rows into a smaller bucket. Returns the bucket to decode next."""
         st = self.state
+        self.stats["host_checks"] += 1
         occupied = sorted(self._rows)
         done = st.done[torch.tensor(occupied, device=self.device)].cpu().tolist() if occupied else []
         finished = [s for s, d in zip(occupied, done, strict=True) if d]
