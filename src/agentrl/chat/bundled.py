@@ -79,8 +79,10 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
     if p.suffix == ".json":
         import json
 
+        from agentrl.preflight import loads_json
+
         try:
-            data = json.loads(text)
+            data = loads_json(text, f"--chat-template {str(p)!r}")
         except json.JSONDecodeError as e:
             raise ValueError(f"--chat-template {str(p)!r}: not valid JSON ({e})") from None
         tpl = data.get("chat_template") if isinstance(data, dict) else None

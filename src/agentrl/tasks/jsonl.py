@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
-from agentrl.preflight import check_input_file
+from agentrl.preflight import check_input_file, loads_json
 from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -170,7 +170,7 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
                 continue
             text = line.rstrip("\n")  # the line's own newline is not part of its JSON: columns count within it
             try:
-                data = json.loads(text)
+                data = loads_json(text, where)
             except json.JSONDecodeError as e:
                 hint = " (truncated line?)" if not line.endswith("\n") or e.pos >= len(text.rstrip()) else ""
                 raise ValueError(f"{where}: invalid JSON at column {e.pos + 1}: {e.msg}{hint}; "
