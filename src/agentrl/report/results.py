@@ -156,7 +156,8 @@ class RunResults:
                 RESUMABLE_CHANGES (more steps, another device, ...).
 
         Raises:
-            ValueError: the file is invalid, or `config` changes what the run trains (names the keys).
+            ValueError: the file is invalid, `config` changes what the run trains (names the keys), or steps were
+                completed but the file holds no "before" evaluation.
         """
         data = validate_results(path)
         if config is not None:
@@ -171,6 +172,9 @@ class RunResults:
         data["steps"] = [s for s in data["steps"] if s["step"] < completed_steps]
         data["evaluations"] = [e for e in data["evaluations"]
                                if e["step"] <= completed_steps and e["label"] != "after"]
+        if completed_steps > 0 and not any(e["label"] == "before" for e in data["evaluations"]):
+            raise ValueError(f"--resume of {path}: it holds no 'before' evaluation, so the resumed run would evaluate "
+                             f"its step-{completed_steps} model as 'before'; use another --out for a new run")
         data["transcripts"] = [t for t in data["transcripts"] if t["kind"] != "heldout_after"]
         data.update(status="running", error=None, paired=[], noise={})
         # each earlier part of the run (up to its last write; a kill -9 loses only what came after)
