@@ -257,3 +257,19 @@ def test_user_json_nested_too_deeply_or_with_a_huge_integer_is_a_one_line_error_
     err = capsys.readouterr().err
     assert "c.yaml: YAML nested too deeply" in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["env", "check", "bugfix", "--limit", "-1"], "--limit"),  # said "n must be >= 0, got -19"
+    (["env", "check", "mbpp", "--limit", "0"], "--limit"),  # graded no task: "0/0 ... (ceiling nan)"
+    (["env", "check", "mbpp", "--repeats", "0"], "--repeats"),
+    (["env", "check", "mbpp", "--test-timeout-s", "nan"], "--test-timeout-s"),  # "cannot convert float NaN"
+    (["env", "check", "mbpp", "--test-timeout-s", "0"], "--test-timeout-s"),  # 0: no per-test limit at all
+    (["env", "check", "mbpp", "--test-timeout-s", "-2"], "--test-timeout-s"),
+    (["tasks", "check", "--n", "2", "--show-problems", "-1"], "--show-problems"),  # "... and 1 more problems"
+])
+def test_check_commands_refuse_counts_and_limits_out_of_range_by_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {flag}: expected" in err and "Traceback" not in err, err
