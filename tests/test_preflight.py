@@ -273,3 +273,17 @@ def test_check_commands_refuse_counts_and_limits_out_of_range_by_flag(argv, flag
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"argument {flag}: expected" in err and "Traceback" not in err, err
+
+
+def test_input_paths_that_exist_but_are_no_regular_file_say_so(tmp_path, capsys):
+    """/dev/zero as --config, a results file or --chat-template said 'no such file' / 'not found'."""
+    for argv, said in ((["train", "--config", "/dev/zero", "--print-config"], "--config /dev/zero: not a regular file"),
+                       (["report", "/dev/zero"], "/dev/zero is not a regular file; expected a results JSON file"),
+                       (["eval", "--model", "tiny-qwen3", "--chat-template", "/dev/zero", "--device", "cpu",
+                         "--out", str(tmp_path / "o")], "--chat-template '/dev/zero' is not a regular file")):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # --config is read while parsing: argparse's error
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and "no such file" not in err and "not found" not in err, (argv, err)

@@ -68,6 +68,8 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
     if name_or_path in BUNDLED:
         return bundled_template(name_or_path)
     p = Path(name_or_path).expanduser()
+    if (p.suffix or "/" in name_or_path) and p.exists() and not p.is_file():  # a directory, /dev/zero, a FIFO
+        raise ValueError(f"--chat-template {name_or_path!r} is not a regular file; expected a .jinja or .json file")
     if not p.is_file():
         if p.suffix or "/" in name_or_path:
             raise FileNotFoundError(f"--chat-template {name_or_path!r}: no such file")

@@ -70,6 +70,8 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     p = Path(path).expanduser()
     if p.is_dir():
         raise ValueError(f"--config {path}: is a directory; expected a YAML file")
+    if p.exists() and not p.is_file():  # /dev/zero, a FIFO: there, but no file to read
+        raise ValueError(f"--config {path}: not a regular file; expected a YAML file")
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:

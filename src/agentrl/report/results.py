@@ -278,6 +278,8 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path} is a directory; expected a results file (e.g. {path / 'results.json'})")
+    if path.exists() and not path.is_file():  # /dev/zero, a FIFO: there, but no file to read
+        raise ValueError(f"{path} is not a regular file; expected a results JSON file")
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     try:
