@@ -1,6 +1,7 @@
 """Output-path and count checks for CLI flags: clear ValueErrors, nothing written outside the path."""
 
 import argparse
+import json
 import os
 import socket
 
@@ -219,3 +220,70 @@ def test_input_files_given_a_directory_say_directory_not_missing(tmp_path, capsy
     with pytest.raises(ValueError, match="GGUF file .* is a directory; expected a .gguf file"):
         convert_gguf(d, tmp_path / "out")
     assert not (tmp_path / "o").exists()
+
+
+def test_user_json_nested_too_deeply_or_with_a_huge_integer_is_a_one_line_error_naming_the_file(tmp_path, capsys):
+    """json.loads raises RecursionError for deep nesting (a traceback) and, for an integer over 4,300 digits, a
+    ValueError that names no file and advises sys.set_int_max_str_digits(); every reader of user JSON says
+    which file (and line) instead: task JSONL, SFT JSONL, a results file, a model's config.json, --config YAML."""
+    from agentrl.preflight import loads_json
+
+    deep, huge = "[" * 100_000 + "]" * 100_000, '{"id": ' + "9" * 5000 + "}"
+    with pytest.raises(ValueError, match=r"^x\.json: JSON nested too deeply"):
+        loads_json(deep, "x.json")
+    with pytest.raises(ValueError, match=r"^x\.json: JSON holds an integer of more than \d+ digits$"):
+        loads_json(huge, "x.json")
+    with pytest.raises(json.JSONDecodeError):  # positioned errors stay the caller's to word
+        loads_json("{", "x.json")
+    model = tmp_path / "model"
+    model.mkdir()
+    for text, what in ((deep, "nested too deeply"), (huge, "integer of more than")):
+        for name in ("t.jsonl", "r.json", "config.json", "c.yaml"):
+            (tmp_path / name).write_text(text + "\n")
+        (model / "config.json").write_text(text)
+        for argv, file in ((["tasks", "check", "--file", str(tmp_path / "t.jsonl")], "t.jsonl:1"),
+                           (["sft", "--from-jsonl", str(tmp_path / "t.jsonl"), "--device", "cpu",
+                             "--out", str(tmp_path / "o")], "t.jsonl:1"),
+                           (["report", str(tmp_path / "r.json")], "r.json"),
+                           (["eval", "--model", str(model), "--device", "cpu", "--out", str(tmp_path / "o")],
+                            "config.json")):
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert file in err and what in err, (argv, err)
+            assert "Traceback" not in err and err.count("\n") == 1, (argv, err)
+    (tmp_path / "c.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SystemExit):
+        main(["train", "--config", str(tmp_path / "c.yaml"), "--print-config"])
+    err = capsys.readouterr().err
+    assert "c.yaml: YAML nested too deeply" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["env", "check", "bugfix", "--limit", "-1"], "--limit"),  # said "n must be >= 0, got -19"
+    (["env", "check", "mbpp", "--limit", "0"], "--limit"),  # graded no task: "0/0 ... (ceiling nan)"
+    (["env", "check", "mbpp", "--repeats", "0"], "--repeats"),
+    (["env", "check", "mbpp", "--test-timeout-s", "nan"], "--test-timeout-s"),  # "cannot convert float NaN"
+    (["env", "check", "mbpp", "--test-timeout-s", "0"], "--test-timeout-s"),  # 0: no per-test limit at all
+    (["env", "check", "mbpp", "--test-timeout-s", "-2"], "--test-timeout-s"),
+    (["tasks", "check", "--n", "2", "--show-problems", "-1"], "--show-problems"),  # "... and 1 more problems"
+])
+def test_check_commands_refuse_counts_and_limits_out_of_range_by_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {flag}: expected" in err and "Traceback" not in err, err
+
+
+def test_input_paths_that_exist_but_are_no_regular_file_say_so(tmp_path, capsys):
+    """/dev/zero as --config, a results file or --chat-template said 'no such file' / 'not found'."""
+    for argv, said in ((["train", "--config", "/dev/zero", "--print-config"], "--config /dev/zero: not a regular file"),
+                       (["report", "/dev/zero"], "/dev/zero is not a regular file; expected a results JSON file"),
+                       (["eval", "--model", "tiny-qwen3", "--chat-template", "/dev/zero", "--device", "cpu",
+                         "--out", str(tmp_path / "o")], "--chat-template '/dev/zero' is not a regular file")):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # --config is read while parsing: argparse's error
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and "no such file" not in err and "not found" not in err, (argv, err)

@@ -1,7 +1,8 @@
-"""Up-front checks of output paths and ports, raising clear ValueErrors. Not the writers.
+"""Up-front checks of output paths, input files and ports, raising clear ValueErrors. Not the writers.
 
 A base module (the standard library only): the run folder (agentrl.rl.session), the SFT run, task and
-results writers and the servers call it before they write or bind.
+results writers and the servers call it before they write or bind; the readers of user-supplied JSON
+parse it with `loads_json`.
 
 The CLI maps ValueError to a one-line "agentrl <cmd>: error: ..." (exit 2), so each message names the
 flag, the path and what was expected instead of surfacing an OSError traceback from deep in a run.
@@ -9,11 +10,14 @@ flag, the path and what was expected instead of surfacing an OSError traceback f
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _existing_file_ancestor(path: Path) -> Path | None:
@@ -135,6 +139,28 @@ def check_input_file(path: str | os.PathLike, kind: str, expected: str = "") -> 
     if not p.is_file():
         raise ValueError(f"{kind} {str(p)!r} is not a regular file; expected {expected or 'a file'}")
     return p
+
+
+def loads_json(text: str | bytes, where: str) -> Any:
+    """json.loads of user-supplied JSON (a file's text or line, a request body) whose every failure is a ValueError.
+
+    json.JSONDecodeError passes through unchanged, for the caller to word with its position. The two other ways
+    json.loads fails on hostile input become a ValueError naming `where`: arrays/objects nested past Python's
+    recursion limit (a RecursionError, which no caller catches as bad input) and an integer of more digits
+    than sys.get_int_max_str_digits() (a ValueError without a position that advises a Python call).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply (arrays or objects deeper than Python's recursion "
+                         f"limit, {sys.getrecursionlimit()})") from None
+    except ValueError as e:
+        if "integer string conversion" not in str(e):
+            raise ValueError(f"{where}: not usable JSON ({e})") from None
+        raise ValueError(f"{where}: JSON holds an integer of more than {sys.get_int_max_str_digits()} digits") \
+            from None
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:

@@ -115,3 +115,30 @@ def test_a_directory_or_unreadable_file_is_one_line(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(Path, "read_text", refuse)
     assert _error(capsys, ["sft", "--config", str(path), "--print-config"]) == (
         f"agentrl sft: error: --config {path}: cannot be read (Permission denied)")
+
+
+def test_a_text_value_its_flag_refuses_in_a_file_is_blamed_on_the_file_not_the_flag(tmp_path, capsys):
+    """`eval_n: x` in --config (or in a model's agentrl_run.json) said "argument --eval-n: invalid int value: 'x'",
+    a flag the command line never gave; the command line still overrides the file's value."""
+    import json
+
+    import pytest
+
+    from agentrl.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("eval_n: x\n")
+    with pytest.raises(SystemExit):
+        main(["train", "--config", str(cfg), "--print-config"])
+    err = capsys.readouterr().err
+    assert "setting 'eval_n' from the --config file, not the command line: expected int, got 'x'" in err, err
+    assert "argument --eval-n" not in err
+    assert main(["train", "--config", str(cfg), "--eval-n", "3", "--print-config"]) == 0
+    assert "eval_n: 3" in capsys.readouterr().out
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "agentrl_run.json").write_text(json.dumps({"settings": {"eval_n": "x"}}))
+    with pytest.raises(SystemExit):
+        main(["eval", "--model", str(model), "--print-config"])
+    err = capsys.readouterr().err
+    assert "setting 'eval_n' from the --config file or the model's run record (agentrl_run.json)" in err, err

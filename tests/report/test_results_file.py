@@ -46,6 +46,17 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
     res.add_step(3, {"reward_mean": 0.4})
 
 
+def test_resume_of_a_file_without_its_before_evaluation_is_refused(tmp_path):
+    """The resumed run would evaluate its trained model as "before" (and warm-start it again)."""
+    build_synthetic(tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["evaluations"] = [e for e in data["evaluations"] if e["label"] != "before"]
+    data["paired"], data["noise"] = [], {}
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"holds no 'before' evaluation.*step-3 model as 'before'"):
+        RunResults.resume(tmp_path / "r.json", completed_steps=3)
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: d.pop("config"), "config"),
     (lambda d: d["evaluations"][0]["tasks"][0].update(successes=-1), "successes"),

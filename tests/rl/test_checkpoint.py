@@ -79,6 +79,24 @@ def test_a_corrupt_file_is_named_with_the_checkpoint_to_fall_back_to(tiny_qwen3,
         load_checkpoint(tmp_path / "step_000001", model, opt)
 
 
+@pytest.mark.parametrize("step, why", [("two", "has step 'two'; expected a count"), (-1, "has step -1; expected"),
+                                       (True, "has step True; expected"), (99, "has step 99, but its folder is step_000002")])
+def test_a_meta_step_that_is_no_count_or_not_its_folders_is_refused_by_name(tiny_qwen3, tmp_path, step, why):
+    """--resume on a step_000002 whose meta.json said step 99 resumed "at step 99" of --steps 3 and evaluated
+    "after at step 99"; "two" failed on int() without naming the file."""
+    import json
+
+    model = tiny_qwen3(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    save_checkpoint(tmp_path, 1, model, opt)
+    path = save_checkpoint(tmp_path, 2, model, opt)
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, "step": step}))
+    with pytest.raises(CorruptCheckpointError, match=rf"step_000002/meta\.json {why}.*resume from step_000001"):
+        load_checkpoint(path, model)
+    assert load_checkpoint(tmp_path / "step_000001", model)["step"] == 1
+
+
 def test_optimizer_state_of_another_model_is_refused_by_name(tiny_qwen3, tmp_path):
     model = tiny_qwen3(dtype=torch.float32)
     path = save_checkpoint(tmp_path, 1, model, torch.optim.AdamW(model.parameters(), lr=1e-3))

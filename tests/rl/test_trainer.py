@@ -130,6 +130,19 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
         main(["train", "--group_size", "many"])
 
 
+def test_resume_without_the_results_file_is_refused_before_any_work(tmp_path, capsys, tiny_qwen3):
+    """--resume with checkpoints but no results.json warm-started the checkpoint's trained model again, evaluated
+    it as 'before' and paired the 'after' with it, silently; the stored config was not compared either."""
+    from agentrl.rl.checkpoint import save_checkpoint
+
+    model = tiny_qwen3(dtype=torch.float32)
+    save_checkpoint(tmp_path / "r" / "checkpoints", 2, model, torch.optim.AdamW(model.parameters()))
+    assert main(["train", "--env", "edit-menu", "--resume", "--steps", "3", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--resume:" in err and "results.json is missing" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["checkpoints"]  # nothing written
+
+
 @pytest.mark.slow
 def test_eval_command_writes_an_evaluation(tmp_path):
     out = tmp_path / "ev"

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+
+import pytest
 
 from agentrl.cli import main
 from agentrl.models.presets import MODEL_PRESETS, SMALL_QWEN3_OVERRIDES, tiny_qwen3_config
+from agentrl.sft.config import SFTConfig
 
 
 def _chat_jsonl(path, n=2):
@@ -72,3 +76,24 @@ def test_sft_on_wordle_plays_real_games_from_the_training_split(tmp_path):
     assert all(len(g) >= 1 for g in played) and max(len(g) for g in played) >= 2
     assert all(w in words for game in played for w in game)
     assert all(word_split(game[-1]) == "train" for game in played)  # solved games end on their (train) secret
+
+
+def test_sft_refuses_nan_or_infinite_optimiser_and_lora_floats(tmp_path, capsys):
+    """--lora-alpha nan (and --weight-decay nan, --lr inf, ...) trained to a NaN model and exited 0; each is a
+    one-line error naming the value, and no model is written."""
+    data = tmp_path / "chat.jsonl"
+    _chat_jsonl(data)
+    for flags, why in ((["--lora-r", "2", "--lora-alpha", "nan"], "alpha=nan"),
+                       (["--lora-r", "2", "--lora-alpha", "inf"], "alpha=inf"),
+                       (["--weight-decay", "nan"], "weight_decay must be a finite number, got nan"),
+                       (["--weight-decay", "-1"], "weight_decay >= 0"),
+                       (["--max-grad-norm", "inf"], "max_grad_norm must be a finite number, got inf"),
+                       (["--lr", "inf"], "lr must be a finite number, got inf")):
+        out = tmp_path / "o"
+        rc = main(["sft", "--model", "tiny-qwen3", "--from-jsonl", str(data), "--epochs", "1", "--batch", "2",
+                   "--out", str(out), "--device", "cpu", *flags])
+        err = capsys.readouterr().err
+        assert rc == 2 and why in err and err.count("\n") == 1, (flags, err)
+        assert not (out / "model.safetensors").exists(), flags
+    with pytest.raises(ValueError, match=r"betas\[1\] must be a finite number"):
+        SFTConfig(betas=(0.9, math.nan))

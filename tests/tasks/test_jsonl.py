@@ -49,12 +49,15 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
     (lambda d: d.update(source_file="my-module.py"), r":3: field 'source_file': .*not an importable \.py module"),
     (lambda d: d.update(source_file="notes.txt"), r":3: field 'source_file': .*not an importable \.py module"),
     (lambda d: d.update(entry="not a name!"), r":3: field 'entry': 'not a name!' is not a Python function name"),
+    (lambda d: d.update(hidden_tests=[]), r":3: field 'hidden_tests': no hidden tests; .*every episode would score 0"),
+    (lambda d: d["hidden_tests"].append("  \n"), r":3: field 'hidden_tests\.\d+': blank test snippet; it passes whatever"),
 ])
 def test_tasks_no_environment_could_run_name_line_and_field(tmp_path, edit, pattern):
     """A task file is operator input: a task the schema passes but that no sandbox could hold or grade
     (a file outside the work dir, an unimportable source file, an entry that is no Python name) is
     refused at load, naming line and field; it used to load and run, every episode a silent 0 or a
-    failed call."""
+    failed call. Hidden tests that cannot grade (none, which `tasks check` worded "reference fails 0 hidden
+    test(s)" and the run's start-of-run reference check skipped; or a blank one) are refused too."""
     path, lines = _lines(tmp_path, make_tasks(4))
     data = json.loads(lines[2])
     edit(data)

@@ -68,6 +68,8 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
     if name_or_path in BUNDLED:
         return bundled_template(name_or_path)
     p = Path(name_or_path).expanduser()
+    if (p.suffix or "/" in name_or_path) and p.exists() and not p.is_file():  # a directory, /dev/zero, a FIFO
+        raise ValueError(f"--chat-template {name_or_path!r} is not a regular file; expected a .jinja or .json file")
     if not p.is_file():
         if p.suffix or "/" in name_or_path:
             raise FileNotFoundError(f"--chat-template {name_or_path!r}: no such file")
@@ -79,8 +81,10 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
     if p.suffix == ".json":
         import json
 
+        from agentrl.preflight import loads_json
+
         try:
-            data = json.loads(text)
+            data = loads_json(text, f"--chat-template {str(p)!r}")
         except json.JSONDecodeError as e:
             raise ValueError(f"--chat-template {str(p)!r}: not valid JSON ({e})") from None
         tpl = data.get("chat_template") if isinstance(data, dict) else None

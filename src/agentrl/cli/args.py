@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -63,6 +64,7 @@ class AgentrlParser(argparse.ArgumentParser):
         # argv -> {dest: default}: defaults chosen from the arguments themselves (e.g. `train --preset NAME`),
         # applied before parsing, so flags given on the command line still override them
         self.defaults_from_argv: Callable[[list[str]], dict[str, Any]] | None = None
+        self.defaults_source = "the --config file"  # where those defaults come from, for their errors
         # flags of other commands given to this one -> why they do not apply (e.g. eval's training flags)
         self.foreign_flags: dict[str, str] = {}
 
@@ -92,15 +94,34 @@ class AgentrlParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
         if self.defaults_from_argv is not None:
+            argv = list(sys.argv[1:] if args is None else args)
             try:
-                defaults = self.defaults_from_argv(list(sys.argv[1:] if args is None else args))
+                defaults = self.defaults_from_argv(argv)
             except (ValueError, FileNotFoundError) as e:  # e.g. a bad key in --config FILE: one line
                 self.error(str(e))
+            self._check_file_defaults(defaults, argv)
             self.set_defaults(**defaults)
         ns, extras = super().parse_known_args(args, namespace)
         if extras and self.is_subcommand:
             self.error(unrecognized_message(self, extras))
         return ns, extras
+
+    def _check_file_defaults(self, defaults: dict[str, Any], argv: list[str]) -> None:
+        """A text default from a file (--config, a model's run record) that its flag's type refuses: argparse
+        converts it late and blamed the flag ("argument --eval-n: invalid int value: 'x'") though the command
+        line never gave it; this names the setting and where defaults come from instead."""
+        for dest, value in defaults.items():
+            action = next((a for a in self._actions if a.dest == dest and a.option_strings), None)
+            if action is None or not isinstance(value, str) or not callable(action.type):
+                continue
+            if any(arg == o or arg.startswith(o + "=") for arg in argv for o in action.option_strings):
+                continue  # the command line overrides it
+            try:
+                action.type(value)
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+                why = str(e) if isinstance(e, argparse.ArgumentTypeError) else (
+                    f"expected {getattr(action.type, '__name__', 'a value')}, got {value!r}")
+                self.error(f"setting {dest!r} from {self.defaults_source}, not the command line: {why}")
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
         ns, extras = self.parse_known_args(args, namespace)
@@ -181,4 +202,27 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse `type=` for counts that may be 0; raises argparse.ArgumentTypeError otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse `type=` for finite quantities > 0 (seconds, limits); NaN, inf, 0 and negatives raise
+    argparse.ArgumentTypeError."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
     return value

@@ -70,6 +70,8 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     p = Path(path).expanduser()
     if p.is_dir():
         raise ValueError(f"--config {path}: is a directory; expected a YAML file")
+    if p.exists() and not p.is_file():  # /dev/zero, a FIFO: there, but no file to read
+        raise ValueError(f"--config {path}: not a regular file; expected a YAML file")
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
@@ -85,6 +87,9 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ValueError(f"--config {path}: not valid YAML ({what}{where})") from None
+    except RecursionError:
+        raise ValueError(f"--config {path}: YAML nested too deeply; expected a flat mapping of flag names to values") \
+            from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
     return data

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from agentrl.cli.args import positive_float, positive_int
 from agentrl.envs.ceiling import bugfix_check, session_ceiling
 
 
@@ -20,18 +21,18 @@ def register(subparsers: Any) -> None:
     check.add_argument("dataset", choices=("mbpp", "humaneval", "bugfix"), help="task source to check")
     check.add_argument("--data", default=None, help="dataset file (default: the shared data folder / package)")
     check.add_argument("--split", default="all", help="mbpp: train | test | all (default all)")
-    check.add_argument("--limit", type=int, default=None,
+    check.add_argument("--limit", type=positive_int, default=None,
                        help="check only the first N tasks of each split (bugfix: N tasks per family and split, default 2)")
     check.add_argument("--through-session", action="store_true",
                        help="play a real run_python episode per task instead of grading the reference directly")
     check.add_argument("--seed", type=int, default=0, help="seed of the generated tasks and names")
-    check.add_argument("--repeats", type=int, default=3,
+    check.add_argument("--repeats", type=positive_int, default=3,
                        help="mbpp / humaneval: grade each reference this many times, each run in a fresh interpreter "
                             "(its own hash seed); tasks whose outcome differs between runs are reported as flaky "
                             "(default 3; 1 = once, in the warm pool)")
     check.add_argument("--reward-includes-shown-test", action="store_true",
                        help="score the test shown in the prompt too (the write-up's scoring; default: hidden tests only)")
-    check.add_argument("--test-timeout-s", type=float, default=None,
+    check.add_argument("--test-timeout-s", type=positive_float, default=None,
                        help="per-test wall-clock limit of the grader, seconds (default: SandboxLimits); the "
                             "job's wall-clock and CPU limits are raised to at least twice this")
     check.set_defaults(func=main)
@@ -63,8 +64,6 @@ def main(args: argparse.Namespace) -> int:
         t = args.test_timeout_s
         limits = replace(limits, test_timeout_s=t, timeout_s=max(limits.timeout_s, 2 * t),
                          cpu_s=max(limits.cpu_s, math.ceil(2 * t)))
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     # repeated runs need fresh interpreters: forks of one warm-pool worker share its hash seed
     sandbox = Sandbox(limits=limits, warm_pool=args.repeats == 1)
     shown = args.reward_includes_shown_test

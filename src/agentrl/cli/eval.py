@@ -30,6 +30,7 @@ def register(subparsers: Any) -> None:
     # steps=0 from the start, so RLConfig's training-only checks (fp16 needs loss scaling) do not apply
     e.set_defaults(func=main, out="runs/eval", steps=0, run_record_path="")
     e.defaults_from_argv = eval_defaults
+    e.defaults_source = "the --config file or the model's run record (agentrl_run.json)"
     from agentrl.cli.flags import ALIASES
 
     train_only = [f"--{n.replace('_', '-')}" for n in TRAIN_ONLY] + [a for n in TRAIN_ONLY for a in ALIASES.get(n, ())]

@@ -7,7 +7,7 @@ import random
 import sys
 import time
 
-from agentrl.cli.args import positive_int
+from agentrl.cli.args import non_negative_int, positive_int
 
 
 def _families(text: str | None) -> list[str] | None:
@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     _common(p, 500)
     p.add_argument("--file", default=None, help="check the tasks of this JSONL file instead of generating them")
     p.add_argument("--rename", action="store_true", help="apply randomize_names first (rng seeded by --seed)")
-    p.add_argument("--show-problems", type=int, default=10, help="print at most this many problems (default 10)")
+    p.add_argument("--show-problems", type=non_negative_int, default=10, help="print at most this many problems (default 10)")
     p.set_defaults(func=cmd_check)
 
 

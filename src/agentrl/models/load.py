@@ -28,6 +28,7 @@ from agentrl.models.presets import (
     resolve_model_dir,
     tiny_qwen3_config,
 )
+from agentrl.preflight import loads_json
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -79,7 +80,7 @@ def check_model_config(folder: Path) -> None:
 
     path = folder / "config.json"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = loads_json(path.read_text(encoding="utf-8"), f"model folder {str(folder)!r}: config.json")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"model folder {str(folder)!r}: config.json is not valid JSON ({e}); a truncated copy?") \
             from None

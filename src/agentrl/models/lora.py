@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,7 @@ def apply_lora(model: Any, *, r: int, alpha: float, dropout: float, target_modul
     """
     from peft import LoraConfig, get_peft_model
 
-    if r < 1 or alpha <= 0 or not 0.0 <= dropout < 1.0:
+    if r < 1 or not 0 < alpha < math.inf or not 0.0 <= dropout < 1.0:  # NaN alpha: a NaN model, silently
         raise ValueError(f"LoRA needs r >= 1, alpha > 0 and 0 <= dropout < 1, got r={r}, alpha={alpha}, dropout={dropout}")
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=parse_target_modules(target_modules),
                      task_type="CAUSAL_LM", bias="none")

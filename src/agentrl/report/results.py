@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrl.eval.report import EvalReport, PairedDifference
 
+from agentrl.preflight import loads_json
 from agentrl.report.schema import RESULTS_SCHEMA, SCHEMA_VERSION, STATUSES  # noqa: F401 - re-exported
 
 
@@ -155,7 +156,8 @@ class RunResults:
                 RESUMABLE_CHANGES (more steps, another device, ...).
 
         Raises:
-            ValueError: the file is invalid, or `config` changes what the run trains (names the keys).
+            ValueError: the file is invalid, `config` changes what the run trains (names the keys), or steps were
+                completed but the file holds no "before" evaluation.
         """
         data = validate_results(path)
         if config is not None:
@@ -170,6 +172,9 @@ class RunResults:
         data["steps"] = [s for s in data["steps"] if s["step"] < completed_steps]
         data["evaluations"] = [e for e in data["evaluations"]
                                if e["step"] <= completed_steps and e["label"] != "after"]
+        if completed_steps > 0 and not any(e["label"] == "before" for e in data["evaluations"]):
+            raise ValueError(f"--resume of {path}: it holds no 'before' evaluation, so the resumed run would evaluate "
+                             f"its step-{completed_steps} model as 'before'; use another --out for a new run")
         data["transcripts"] = [t for t in data["transcripts"] if t["kind"] != "heldout_after"]
         data.update(status="running", error=None, paired=[], noise={})
         # each earlier part of the run (up to its last write; a kill -9 loses only what came after)
@@ -273,10 +278,12 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path} is a directory; expected a results file (e.g. {path / 'results.json'})")
+    if path.exists() and not path.is_file():  # /dev/zero, a FIFO: there, but no file to read
+        raise ValueError(f"{path} is not a regular file; expected a results JSON file")
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"), str(path))
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); expected a results JSON file") from e
     except json.JSONDecodeError as e:

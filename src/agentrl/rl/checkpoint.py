@@ -177,6 +177,19 @@ def _read(ckpt: Path, file: Path, load: Any) -> Any:
                                      f"{_earlier_hint(ckpt)}") from None
 
 
+def _check_step(path: Path, step: Any) -> None:
+    """meta.json's step must be a count of completed steps and agree with its folder's name (step_N): a run
+    resumed from a hand-edited or misplaced one started at that step ("step 99" of --steps 3) or failed on int()."""
+    folder = _STEP_DIR.match(path.name)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        why = f"has step {step!r}; expected a count of completed steps (an integer >= 0)"
+    elif folder and int(folder.group(1)) != step:
+        why = f"has step {step}, but its folder is {path.name}"
+    else:
+        return
+    raise CorruptCheckpointError(f"load_checkpoint: {path / 'meta.json'} {why}{_earlier_hint(path)}")
+
+
 def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     *, restore_rng: bool = True) -> dict[str, Any]:
     """Load weights (in place), optimizer state and RNG streams from a checkpoint directory.
@@ -189,6 +202,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         CorruptCheckpointError (a ValueError): a file is there but unreadable (names it, and the complete
             checkpoint before this one to resume from instead).
         ValueError: a format version this code does not read; weights that do not fit the model.
+        CorruptCheckpointError: meta.json's step is not an integer >= 0 or differs from the folder's step_N.
     """
     path = Path(path)
     if not (path / "meta.json").is_file():
@@ -198,6 +212,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         got = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"load_checkpoint: {path / 'meta.json'} has format_version {got!r}, "
                          f"expected {FORMAT_VERSION}")
+    _check_step(path, meta.get("step"))
     device = next(model.parameters()).device
     _load_model_weights(model, path, device)
     if optimizer is not None:

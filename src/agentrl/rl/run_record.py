@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentrl.preflight import loads_json
+
 RUN_RECORD_FILE = "agentrl_run.json"
 RECORD_VERSION = 1
 
@@ -68,7 +70,7 @@ def read_run_record(model: str | os.PathLike) -> tuple[dict[str, Any], Path] | N
         return None
     path = folder / RUN_RECORD_FILE
     try:
-        record = json.loads(path.read_text())
+        record = loads_json(path.read_text(), f"run record {path}")
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"run record {path} is not readable JSON: {e}") from e
     if not isinstance(record, dict) or not isinstance(record.get("settings"), dict):

@@ -179,6 +179,10 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
     if cfg.run.resume and latest_checkpoint(out / "checkpoints") is None:
         raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
                          "them with --checkpoint-every N); leave out --resume to start a new run there")
+    if cfg.run.resume and not (out / "results.json").is_file():
+        raise ValueError(f"--resume: {out / 'results.json'} is missing; it holds the run's 'before' evaluation and "
+                         "config, without which the checkpoint's trained model would be warm-started again and "
+                         "evaluated as 'before'; restore it, or leave out --resume to start a new run there")
     if cfg.agent.name:
         check_agent(cfg, tasks)
     check_warm_start(cfg)

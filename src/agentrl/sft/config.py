@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -40,3 +41,11 @@ class SFTConfig:
             raise ValueError(f"bad SFTConfig: epochs, batch, micro must be >= 1 and max_tokens >= 2 ({self})")
         if not self.lr > 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"bad SFTConfig: need lr > 0, warmup_steps >= 0, 0 <= min_lr_ratio <= 1 ({self})")
+        # a NaN or infinite float reached AdamW and the saved model was NaN, the run "succeeding" (exit 0)
+        floats = {"lr": self.lr, "max_grad_norm": self.max_grad_norm, "weight_decay": self.weight_decay,
+                  "betas[0]": self.betas[0], "betas[1]": self.betas[1]}
+        bad = next((k for k, v in floats.items() if not math.isfinite(v)), None)
+        if bad is not None:
+            raise ValueError(f"bad SFTConfig: {bad} must be a finite number, got {floats[bad]}")
+        if self.weight_decay < 0 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"bad SFTConfig: need weight_decay >= 0 and betas in [0, 1) ({self})")

@@ -28,7 +28,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
-from agentrl.preflight import check_input_file
+from agentrl.preflight import check_input_file, loads_json
 from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
@@ -376,7 +376,7 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = loads_json(line, where)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
             if isinstance(rec, dict) and "messages" in rec:

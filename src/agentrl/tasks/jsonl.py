@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
-from agentrl.preflight import check_input_file
+from agentrl.preflight import check_input_file, loads_json
 from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -84,8 +84,15 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _meaning_problem(data: dict) -> tuple[str, str] | None:
     """(field, why) for a task that passes the schema but that no environment could run or grade, else None:
     a file path the sandbox's work dir cannot hold, a source file that is not an importable `.py` module
-    path (the hidden tests import it), or an entry that is not a Python name."""
+    path (the hidden tests import it), an entry that is not a Python name, or hidden tests that cannot tell
+    a fix from anything else (none: every episode rewards 0; a blank one passes whatever the policy writes)."""
     from agentrl.sandbox.process import file_path_problem
+
+    if not data["hidden_tests"]:
+        return "hidden_tests", "no hidden tests; the reward is the fraction that pass, so every episode would score 0"
+    for i, test in enumerate(data["hidden_tests"]):
+        if not test.strip():
+            return f"hidden_tests.{i}", "blank test snippet; it passes whatever the policy writes"
 
     for rel in data["files"]:
         why = file_path_problem(rel)
@@ -170,7 +177,7 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
                 continue
             text = line.rstrip("\n")  # the line's own newline is not part of its JSON: columns count within it
             try:
-                data = json.loads(text)
+                data = loads_json(text, where)
             except json.JSONDecodeError as e:
                 hint = " (truncated line?)" if not line.endswith("\n") or e.pos >= len(text.rstrip()) else ""
                 raise ValueError(f"{where}: invalid JSON at column {e.pos + 1}: {e.msg}{hint}; "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.paths import resolve_data
+from agentrl.preflight import loads_json
 from agentrl.tasks.task import Task
 
 DEFAULT_PATH = "mbpp/sanitized-mbpp.json"
@@ -130,7 +131,7 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
             raise FileNotFoundError(f"no local {DEFAULT_PATH} and `datasets` is not installed") from None
     else:
         try:
-            records = json.loads(Path(p).read_text())
+            records = loads_json(Path(p).read_text(), str(p))
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}: not valid JSON ({e})") from None
         if not isinstance(records, list):

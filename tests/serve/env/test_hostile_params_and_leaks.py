@@ -102,6 +102,17 @@ def test_every_bad_reset_and_step_parameter_over_http_is_a_4xx_naming_it(server)
     assert requests.post(f"{url}/reset", json={"split": "heldout", "index": 0}, timeout=30).status_code == 200
 
 
+def test_a_body_nested_too_deeply_or_with_a_huge_integer_is_a_400_not_a_500(server):
+    """json.loads raised RecursionError in the parameter gate: a 500 and a traceback in the server log."""
+    url, _ = server
+    for body in ("[" * 100_000 + "]" * 100_000, '{"seed": ' + "9" * 5000 + "}"):
+        for path in ("/reset", "/step"):
+            r = requests.post(f"{url}{path}", data=body, headers={"content-type": "application/json"}, timeout=30)
+            assert r.status_code == 400, (path, r.status_code, r.text[:300])
+            assert f"the {path[1:]} request body: JSON" in r.json()["detail"], r.text[:300]
+    assert requests.get(f"{url}/health", timeout=30).status_code == 200
+
+
 def test_the_python_client_checks_the_same_parameters_before_sending(server):
     from agentrl.serve.env.client import AgentrlEnvClient
     from agentrl.serve.env.types import AgentrlAction, ParameterError

@@ -249,15 +249,19 @@ class ParamGate:
 
 
 def _param_error(path: str, body: bytes) -> str:
-    """Why the reset/step body is refused ("" if it passes, or if it is not JSON: OpenEnv answers that)."""
+    """Why the reset/step body is refused ("" if it passes, or if it is not JSON: OpenEnv answers that; JSON
+    nested past the recursion limit or with a huge integer is refused here, as json.loads raised a 500)."""
     import json
 
+    from agentrl.preflight import loads_json
     from agentrl.serve.env.types import ParameterError, check_reset_params, check_step_params
 
     try:
-        data = json.loads(body) if body.strip() else {}
-    except ValueError:
+        data = loads_json(body, f"the {path[1:]} request body") if body.strip() else {}
+    except json.JSONDecodeError:
         return ""
+    except ValueError as e:
+        return str(e)
     if not isinstance(data, dict):
         return f"the {path[1:]} request body must be a JSON object, got {type(data).__name__}"
     try:
