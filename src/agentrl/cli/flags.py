@@ -39,7 +39,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 
 # the help sections of the RLConfig flags, in help order; a field named in none goes to the last one
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("model", ("model", "tokenizer", "chat_template", "dtype", "device", "cpu_threads", "allow_download",
+    ("model", ("model", "tokenizer", "chat_template", "dtype", "device", "cpu_threads", "allow_download", "tf32",
                "gradient_checkpointing",
                "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch",
                "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_merge")),
