@@ -201,3 +201,13 @@ def test_chat_template_help_names_every_bundled_template(command, capsys):
     text = " ".join(_help(capsys, command).split())
     part = text.split("--chat-template CHAT_TEMPLATE Chat template", 1)[1].split(" --", 1)[0]
     assert all(name in part for name in BUNDLED), part
+
+
+def test_every_config_field_is_named_in_exactly_one_help_section():
+    # a field in no section falls into the last one ('scale'), so a new model flag (--tf32) showed up as a
+    # scale flag, and agentrl eval's help grew a 'scale' section
+    from agentrl.cli.flags import GROUPS
+    from agentrl.rl.config import FLAT
+
+    named = [f for _, fields in GROUPS for f in fields]
+    assert sorted(named) == sorted(set(named)) and set(named) == set(FLAT)
