@@ -83,4 +83,3 @@ def set_tf32(on: bool) -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = on
     torch.backends.cudnn.allow_tf32 = on
-

@@ -405,9 +405,8 @@ class FastSampler:
                 if not self._rows:
                     break
                 span = self._span(b, t)
-                left = max(r.t0 + r.budget - 1 - t for r in self._rows.values())
-                ends = sorted(r.t0 + r.budget - 1 for r in self._rows.values())
-                next_end = ends[min(self.admit_rows, len(ends)) - 1]
+                ends = sorted(r.t0 + r.budget - 1 for r in self._rows.values())  # each live row's last step
+                left, next_end = ends[-1] - t, ends[min(self.admit_rows, len(ends)) - 1]
             t += 1
             self.stats["decode_steps"] += 1
             self.stats["decode_row_steps"] += b
