@@ -104,7 +104,7 @@ def looper(tok):
 
 @needs_opencode
 @pytest.mark.slow
-def test_episodes_are_scored_on_the_final_workspace_and_failures_are_unscorable(policy, task):
+def test_episodes_are_scored_on_the_final_workspace_even_over_their_call_budget(policy, task):
     from agentrl.sandbox import Sandbox
 
     model, tok = policy
@@ -123,7 +123,7 @@ def test_episodes_are_scored_on_the_final_workspace_and_failures_are_unscorable(
     assert [len(r.calls) for r in good.rows] == [2]  # write, then the final answer, continuing one row
     assert good.rows[0].num_policy_tokens == sum(len(c.completion_ids) for c in good.trace.calls)
     assert good.harness_overhead_s > 0
-    assert bad.reward is None and bad.end_reason == "budget_max_calls"
+    assert bad.reward == 0.0 and bad.end_reason == "budget_max_calls"  # graded: the looper never wrote the fix
     assert bad.trace.budget_exceeded == "max_calls" and len(bad.trace.calls) == 2
 
 

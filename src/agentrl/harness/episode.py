@@ -6,7 +6,9 @@ batches their model calls), then for each: the trace the server captured, the ro
 (agentrl.rollout.trace), and the reward: our hidden tests on the final workspace, in our sandbox.
 
 A harness that crashed (non-zero exit, or no model call at all), hung (killed at its wall-clock limit)
-or went over its server-side budget ends the episode unscorable: reward None, never a silent 0.
+or went over its server-side wall-time budget ends the episode unscorable: reward None, never a silent 0.
+One stopped for going over its calls or sampled tokens (the policy's own doing) is graded on the workspace
+it left, with end reason budget_max_calls / budget_max_tokens (truncated, as a white-box episode out of turns).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from agentrl.tasks.task import Task
 
 log = logging.getLogger("agentrl.harness")
 MAX_FILE_BYTES = 1 << 20
+# the budgets whose overrun is the policy's doing (too many calls or sampled tokens): the episode is graded on the
+# workspace it left, as a white-box episode out of turns or tokens is (docs/envs.md), so GRPO sees the overrun's
+# reward. An overrun of wall time depends on the machine's load as much as on the policy: unscorable.
+GRADED_BUDGETS = ("max_calls", "max_tokens")
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,8 @@ class AgentEpisode:
         task_id, group_id, rollout_id: what ran, its GRPO group, and the key its model calls carried.
         reward: 1.0 / 0.0 from the hidden tests, None when unscorable.
         end_reason: "harness_exit" (the harness finished on its own) | "harness_crash" | "harness_timeout"
-            | "harness_error" (it reported an error event) | "budget_<what>" | "policy_error" (sampling a call
+            | "harness_error" (it reported an error event) | "budget_<what>" (max_calls / max_tokens: graded;
+            wall_time: unscorable) | "policy_error" (sampling a call
             failed) | "no_model_calls" | "sandbox_error" | "interrupted" (the run was stopped meanwhile).
         trace: every model call; rows: the training rows rebuilt from it.
         harness: the harness process record; wall_s: whole episode (set-up, run, scoring);
@@ -226,23 +233,27 @@ class BlackBoxRunner:
         if run.timed_out:
             log.warning("task %s: harness %s", task.id, " ".join(h.notice() for h in run.limits_hit) or "timed out")
             return None, "harness_timeout"
-        if trace.budget_exceeded:
-            return None, f"budget_{trace.budget_exceeded}"
+        budget = trace.budget_exceeded
+        if budget and budget not in GRADED_BUDGETS:
+            return None, f"budget_{budget}"
         if trace.failed:
             log.warning("task %s: sampling a model call failed: %s", task.id, trace.failed)
             return None, "policy_error"
-        if run.returncode != 0 or run.error:
+        # over a graded budget the harness was killed on purpose (its refused call may also have been reported
+        # as an error event), so neither its exit status nor its events say anything about the episode
+        if not budget and (run.returncode != 0 or run.error):
             log.warning("task %s: harness exited %s%s; stderr: %s", task.id, run.returncode,
                         f" ({run.error})" if run.error else "", run.stderr_tail[-500:])
             return None, "harness_crash"
         if not rows:  # no main model call (at most side calls): the policy did not act
             return None, "no_model_calls"
-        if any(ev.get("type") == "error" for ev in run.events):  # e.g. a model call that failed
+        if not budget and any(ev.get("type") == "error" for ev in run.events):  # e.g. a model call that failed
             return None, "harness_error"
         report = grade(self.sandbox, source_job(task, source, task.hidden_tests))
         if is_sandbox_failure(report):
             return None, "sandbox_error"
-        return (1.0 if report.all_passed and source is not None else 0.0), "harness_exit"
+        return (1.0 if report.all_passed and source is not None else 0.0), (f"budget_{budget}" if budget
+                                                                            else "harness_exit")
 
     def close(self) -> None:
         self._interrupted.set()
