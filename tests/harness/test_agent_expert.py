@@ -9,7 +9,7 @@ from test_opencode import needs_opencode
 from agentrl.cli import main
 from agentrl.envs.experts import candidate_line_edits
 from agentrl.harness.episode import task_message
-from agentrl.harness.expert import CLOSING_TEXT, opencode_expert_reply
+from agentrl.harness.expert import CLOSING_TEXT, opencode_expert_reply, shown_tests_command
 from agentrl.tasks import make_tasks
 
 
@@ -41,7 +41,30 @@ def test_expert_reads_then_applies_the_correct_line_edit_then_stops():
                                                       "newString": correct[1]}}
         source = task.files[task.source_file]
         assert source.count(correct[0]) == 1  # opencode's edit needs a unique match
-        assert reply(_context(task, "/w/repo", 2)) == CLOSING_TEXT
+        assert _call(reply(_context(task, "/w/repo", 2))) == {
+            "name": "bash", "arguments": {"command": shown_tests_command(task), "description": "Run the tests"}}
+        assert reply(_context(task, "/w/repo", 3)) == CLOSING_TEXT
+
+
+def test_the_experts_test_command_runs_the_shown_tests_without_pytest(tmp_path):
+    """The command needs only python3 (the harness's interpreter may lack pytest): it fails on the buggy source
+    with the failing test's traceback, and passes on the reference."""
+    import os
+    import subprocess
+
+    from agentrl.envs.coding_tools import public_test_file, public_test_name
+
+    for task in make_tasks(4, ["minmax", "range", "compare", "zero"], seed=5, split="train"):
+        for source, ok in ((task.files[task.source_file], False), (task.reference, True)):
+            d = tmp_path / f"{task.id}-{ok}"
+            d.mkdir()
+            (d / task.source_file).write_text(source)
+            (d / public_test_name(task)).write_text(public_test_file(task))
+            env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+            r = subprocess.run(shown_tests_command(task), shell=True, cwd=d, capture_output=True, text=True, env=env,
+                               timeout=60)
+            assert (r.returncode == 0) == ok, (task.id, r.stderr)
+            assert ("all tests passed" in r.stdout) == ok and (("Traceback" in r.stderr) != ok)
 
 
 def test_random_op_expert_picks_menu_ops_reproducibly_per_task():
@@ -89,9 +112,10 @@ def test_sft_agent_opencode_trains_on_opencodes_own_rows(tmp_path):
                 cur = m
             spans[-1][1].append(t)
         text = [(m, tok.decode(ids)) for m, ids in spans]
-        assert [m for m, _ in text] == [1, 0, 1, 0, 1]  # read, its result, edit, its result, closing text
-        assert '"name": "read"' in text[0][1] and '"name": "edit"' in text[2][1]
-        assert "<content>" in text[1][1] and CLOSING_TEXT in text[4][1]
+        # read, its result, edit, its result, the tests, their output, closing text
+        assert [m for m, _ in text] == [1, 0, 1, 0, 1, 0, 1]
+        assert '"name": "read"' in text[0][1] and '"name": "edit"' in text[2][1] and '"name": "bash"' in text[4][1]
+        assert "<content>" in text[1][1] and "all tests passed" in text[5][1] and CLOSING_TEXT in text[6][1]
     summary = json.loads((out / "sft_summary.json").read_text())
     assert summary["data"]["trajectories"] == 2 and summary["data"]["mean_reward"] == 1.0
     assert summary["run"]["agent"] == "opencode"

@@ -62,6 +62,11 @@ def claims_tests_pass(text: str) -> bool:
     return False
 
 
+def public_test_name(task: Task) -> str:
+    """The shown test file's name in the task's repository: test_<module>.py (module's last component)."""
+    return f"test_{task.module.split('.')[-1]}.py"
+
+
 def public_test_file(task: Task) -> str:
     """test_<module>.py with one pytest function per public test (used when the task ships none)."""
     body = [f"from {task.module} import *", ""]
@@ -135,7 +140,7 @@ class CodingToolsEnv(SourceGradedEnv):
         if task.source_file not in task.files:
             raise ValueError(f"task {task.id!r}: source_file {task.source_file!r} is not in task.files")
         self.files = dict(task.files)
-        self.test_file = f"test_{task.module.split('.')[-1]}.py"
+        self.test_file = public_test_name(task)
         self.files.setdefault(self.test_file, public_test_file(task))
         self._read = set()
         self._hidden_fraction = 0.0
@@ -292,7 +297,7 @@ def coding_tools_turns(task: Task, rng: random.Random, random_op: bool = False) 
     """The scripted expert: Read -> one whole-line Edit -> pytest; the edit from the correct op (or a
     random candidate). Tasks without edit ops (datasets) get Read -> Write(reference) -> pytest."""
     path = f"{REPO_ROOT}/{task.source_file}"
-    test_file = f"test_{task.module.split('.')[-1]}.py"
+    test_file = public_test_name(task)
     test = [call("Bash", command=f"cd {REPO_ROOT} && python -m pytest -q {test_file}")]
     if not task.edit_ops:
         return [[call("Read", file_path=path)], [call("Write", file_path=path, content=task.reference)], test]

@@ -106,10 +106,10 @@ class AgentEpisode:
 
 
 def _write_repo(workdir: Path, task: Task) -> None:
-    from agentrl.envs.coding_tools import public_test_file
+    from agentrl.envs.coding_tools import public_test_file, public_test_name
 
     files = dict(task.files)
-    files.setdefault(f"test_{task.module.split('.')[-1]}.py", public_test_file(task))
+    files.setdefault(public_test_name(task), public_test_file(task))
     for rel, text in files.items():
         p = (workdir / rel).resolve()
         if workdir.resolve() not in p.parents:
@@ -130,7 +130,9 @@ def _read_source(workdir: Path, task: Task) -> str | None:
 
 def task_message(task: Task) -> str:
     """The user message opencode gets (the coding-tools environment's wording, with relative paths)."""
-    test = f"test_{task.module.split('.')[-1]}.py"
+    from agentrl.envs.coding_tools import public_test_name
+
+    test = public_test_name(task)
     return (f"The function `{task.entry}` in {task.source_file} has a bug. Fix it so that it behaves correctly. "
             f"Tests are in {test}.")
 

@@ -15,7 +15,10 @@ The procedure, one model call each:
      `random_op` of an op picked at random from the task's edit menu (agentrl.envs.experts
      .candidate_line_edits), so the warm-started model knows the procedure but not which op fixes which
      bug: what GRPO then learns;
-  3. a short closing text without a tool call, which ends opencode's loop.
+  3. `bash`: run the shown tests (`shown_tests_command`), as the coding-tools expert runs pytest: the write-up's
+     read, edit, test, submit procedure, so the warm-started policy has seen how to check an edit (with
+     `random_op` most of the experts' edits fail their tests, and the result shows it);
+  4. a short closing text without a tool call, which ends opencode's loop.
 """
 
 from __future__ import annotations
@@ -29,6 +32,18 @@ from agentrl.rollout.scripted import Reply, ScriptedSampler, tool_call_text
 from agentrl.tasks.task import Task
 
 CLOSING_TEXT = "I fixed the bug with that edit."
+
+
+def shown_tests_command(task: Task) -> str:
+    """The shell command the expert runs to check its edit: every `test_*` function of the task's shown
+    test file, in the repository (opencode's bash tool runs in the work dir), with the harness's own
+    `python3`. Plain Python, not pytest: the harness's interpreter need not have pytest installed. Prints
+    "all tests passed", or exits with the failing assert's traceback."""
+    from agentrl.envs.coding_tools import public_test_name
+
+    mod = public_test_name(task).removesuffix(".py")
+    return (f"python3 -c \"import {mod} as t; [f() for n, f in sorted(vars(t).items()) if n.startswith('test_')]; "
+            f"print('all tests passed')\"")
 _TASK_RE = re.compile(r"The function `([^`]+)` in (\S+) has a bug\.")
 _WORKDIR_RE = re.compile(r"Working directory: (\S+)")
 
@@ -85,6 +100,8 @@ def opencode_expert_reply(tasks: Sequence[Task], *, random_op: bool = False, see
         if step == 1:
             old, new = _expert_edit(task, random_op, seed)
             return tool_call_text("edit", {"filePath": path, "oldString": old, "newString": new})
+        if step == 2:
+            return tool_call_text("bash", {"command": shown_tests_command(task), "description": "Run the tests"})
         return CLOSING_TEXT
 
     return reply
