@@ -20,6 +20,7 @@
 # DEADLINE (epoch seconds by which every command must have ended; a killed `train` still writes its results),
 # PARALLEL (runs at a time, default 3; the next named run starts when one ends),
 # TRL_S (seconds of TRL training steps, default TRAIN_S), OC_SFT_TASKS (opencode expert episodes, default 64),
+# OC_PROMPTS (opencode tasks a GRPO step, 8 episodes each, default 4: more steadies the reward curve, each step longer),
 # TRL_FLAGS (extra flags of examples/trl_openenv_whitebox.py, default --bf16; --use-cpu on a CPU), TRL_TRAIN / TRL_EVAL
 # (TRL's training problems and fixed eval set, default 170 / 64), MBPP_EVAL_SIZE (the one-pass scoring, default 257),
 # TRL_WARM (auto | 0 | 1, below), SCORE_RAW (1: score the raw model too in the 257 pass), WORDLE_FLAGS (default --max-turns 10 --shaped-reward).
@@ -144,7 +145,7 @@ run_opencode() {  # the black box: expert rows through opencode itself, then asy
     --families "$WRITEUP" --n-tasks "${OC_SFT_TASKS:-64}" --epochs 2 --lr 2e-5 --batch 16 --micro 4 --max-tokens 8192 \
     --dtype bf16 --seed "$seed" --device "$DEVICE" --out "$d/sft" &&
     grpo "$seed" "$d/sft" coding-tools "$d/rl" --agent opencode --async-rollouts --max-staleness 1 \
-      --families "$WRITEUP" --eval-n 4 --prompts-per-step 4 --group-size 8 --gen-batch 32 --micro 2 \
+      --families "$WRITEUP" --eval-n 4 --prompts-per-step "${OC_PROMPTS:-4}" --group-size 8 --gen-batch 32 --micro 2 \
       --gradient-checkpointing --micro-tokens 8192 --tf32 \
       --max-new-tokens 256 --max-context-tokens 8192 --agent-max-calls 6 --agent-timeout-s 240
 }
