@@ -1,3 +1,4 @@
+import itertools
 import random
 
 import pytest
@@ -89,3 +90,34 @@ def test_family_structure(family):
             assert op.name in OP_NAMES and buggy.count(op.old) == 1 and op.old != op.new
         assert all(op.name != correct[0].name for op in wrong)
         assert len({op.name for op in t.edit_ops}) == len(t.edit_ops)
+
+
+def test_a_draw_whose_random_tests_coincide_is_redrawn_not_fatal():
+    # division (seed 0, train) draws an instance at position 258 whose two public calls coincide;
+    # the stream redraws it instead of stopping every larger export / --train-size with a ValueError
+    tasks = list(itertools.islice(family_stream(FAMILIES["division"], 0, "train"), 270))
+    assert len({t.id for t in tasks}) == 270
+    assert all(2 <= len(t.public_tests) <= 4 and len(t.hidden_tests) >= 8 for t in tasks)
+
+
+def test_a_short_draw_is_skipped_for_every_family_and_the_rest_of_the_stream_is_unchanged():
+    from dataclasses import replace
+
+    from agentrl.tasks.families import Family
+
+    fam = FAMILIES["zero"]
+    shortened = []
+
+    def generate(rng):
+        spec = fam.generate(rng)
+        if not shortened and split_of(instance_key("zero", spec)) == "heldout":
+            shortened.append(spec)  # the first held-out draw repeats its first public call: one distinct public test
+            return replace(spec, public=(spec.public[0],) * len(spec.public))
+        return spec
+
+    short = Family("zero", fam.bug_kind, fam.description, generate)
+    got = [t.id for t in itertools.islice(family_stream(short, 0, "heldout"), 5)]
+    plain = [t.id for t in itertools.islice(family_stream(fam, 0, "heldout"), 6)]
+    assert shortened and got == plain[1:]  # skipped like a repeat; the draws after it are untouched
+    with pytest.raises(ValueError, match="need 2-4 public"):
+        build_task(fam, replace(fam.generate(random.Random(0)), public=("x(1)", "x(1)")))

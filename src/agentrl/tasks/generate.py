@@ -77,6 +77,22 @@ def _replace_once(text: str, old: str, new: str, what: str) -> str:
     return text.replace(old, new)
 
 
+def _test_calls(spec: Spec) -> tuple[list[str], list[str]]:
+    """The distinct public calls, and the distinct hidden calls (public first), of `spec`, in order."""
+    public = list(dict.fromkeys(spec.public))
+    return public, list(dict.fromkeys(public + list(spec.hidden)))
+
+
+def _enough_tests(spec: Spec) -> bool:
+    """Whether `spec` has 2-4 distinct public and >= 8 distinct hidden calls.
+
+    A family draws its test arguments at random, so now and then two calls coincide and a draw falls
+    short; `family_stream` redraws those, and `build_task` refuses them.
+    """
+    public, calls = _test_calls(spec)
+    return 2 <= len(public) <= 4 and len(calls) >= 8
+
+
 def build_task(family: Family, spec: Spec) -> Task:
     """Turn a Spec into a Task; raises ValueError if the Spec breaks a structural invariant.
 
@@ -100,9 +116,8 @@ def build_task(family: Family, spec: Spec) -> Task:
             raise ValueError(f"{label}: the correct op does not restore the reference")
     if len({op.name for op in ops}) != len(ops):
         raise ValueError(f"{label}: op names must be distinct")
-    public = list(dict.fromkeys(spec.public))
-    calls = list(dict.fromkeys(public + list(spec.hidden)))
-    if not 2 <= len(public) <= 4 or len(calls) < 8:
+    public, calls = _test_calls(spec)
+    if not _enough_tests(spec):
         raise ValueError(f"{label}: need 2-4 public and >= 8 hidden tests, got {len(public)} and {len(calls)}")
     values = expected_values(spec.reference, calls, label)
     snippets = {c: f"assert {c} == {v!r}" for c, v in zip(calls, values, strict=True)}
@@ -128,7 +143,9 @@ def build_task(family: Family, spec: Spec) -> Task:
 def family_stream(family: Family, seed: int, split: str) -> Iterator[Task]:
     """Distinct tasks of one family and split, in a fixed order for (seed, family, split).
 
-    Raises ValueError when MAX_CONSECUTIVE_MISSES draws in a row give no new instance of the split.
+    A draw whose random test calls coincide, leaving too few distinct tests (`_enough_tests`), is
+    redrawn like a repeat, so it never ends the stream. Raises ValueError when MAX_CONSECUTIVE_MISSES
+    draws in a row give no new instance of the split.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -138,7 +155,7 @@ def family_stream(family: Family, seed: int, split: str) -> Iterator[Task]:
     while True:
         spec = family.generate(rng)
         key = instance_key(family.name, spec)
-        if key in seen or split_of(key) != split:
+        if key in seen or split_of(key) != split or not _enough_tests(spec):
             misses += 1
             if misses > MAX_CONSECUTIVE_MISSES:
                 raise ValueError(f"family {family.name!r} ran out of distinct {split} instances after {len(seen)}: "
