@@ -30,6 +30,17 @@ def test_show_by_id_and_by_family(capsys):
     assert "unknown task families" in capsys.readouterr().err
 
 
+def test_list_refuses_unknown_or_no_families_instead_of_an_empty_table(capsys):
+    assert main(["tasks", "list", "--families", "nope,zero"]) == 2
+    out, err = capsys.readouterr()
+    assert "unknown task families ['nope']" in err and "known: minmax" in err and "families" not in out
+    assert main(["tasks", "list", "--families", ",,"]) == 2
+    assert "no task family named" in capsys.readouterr().err
+    assert main(["tasks", "list", "--families", "zero,sort"]) == 0
+    out = capsys.readouterr().out
+    assert "add_zero_guard" in out and "fix_sort" in out and "fix_minmax" not in out
+
+
 def test_export_writes_loadable_jsonl(tmp_path, capsys):
     out = tmp_path / "h.jsonl"
     assert main(["tasks", "export", "--heldout-set", "--rename", "--out", str(out)]) == 0

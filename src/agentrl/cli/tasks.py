@@ -70,13 +70,15 @@ def cmd_list(args) -> int:
     from rich.table import Table
 
     from agentrl.tasks.families import FAMILIES
+    from agentrl.tasks.generate import resolve_families
 
     if args.n is None:
+        wanted = {f.name for f in resolve_families(_families(args.families))}  # ValueError on an unknown name
         table = Table(title=f"{len(FAMILIES)} bug-fix task families")
         for col in ("family", "correct op", "bug"):
             table.add_column(col)
         for f in FAMILIES.values():
-            if args.families is None or f.name in _families(args.families):
+            if f.name in wanted:
                 table.add_row(f.name, f.bug_kind, f.description)
     else:
         table = Table(title=f"{args.n} {args.split} tasks (seed {args.seed})")

@@ -170,8 +170,10 @@ def resolve_families(families: Sequence[str] | None) -> list[Family]:
     """The Family objects for `families` (all, in registry order, when None); ValueError on an unknown name."""
     names = list(FAMILIES) if families is None else list(families)
     unknown = [n for n in names if n not in FAMILIES]
-    if unknown or not names:
-        raise ValueError(f"unknown task families {unknown or names}; known: {', '.join(FAMILIES)}")
+    if not names:
+        raise ValueError(f"no task family named (an empty family list); known: {', '.join(FAMILIES)}")
+    if unknown:
+        raise ValueError(f"unknown task families {unknown}; known: {', '.join(FAMILIES)}")
     return [FAMILIES[n] for n in names]
 
 
