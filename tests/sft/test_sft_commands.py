@@ -97,3 +97,21 @@ def test_sft_refuses_nan_or_infinite_optimiser_and_lora_floats(tmp_path, capsys)
         assert not (out / "model.safetensors").exists(), flags
     with pytest.raises(ValueError, match=r"betas\[1\] must be a finite number"):
         SFTConfig(betas=(0.9, math.nan))
+
+
+def test_sft_env_that_cannot_run_the_tasks_uses_its_own_or_is_a_clear_error(tmp_path, capsys):
+    """`--env wordle` with --tasks left at bugfix crashed with KeyError: 'secret' in the expert; it now plays
+    Wordle's own tasks (as `agentrl train` does), and a source an --env cannot run is a one-line error."""
+    out = tmp_path / "run"
+    rc = main(["sft", "--env", "wordle", "--n-tasks", "2", "--epochs", "1", "--batch", "2", "--out", str(out),
+               "--device", "cpu"])
+    assert rc == 0
+    summary = json.loads((out / "sft_summary.json").read_text())
+    assert summary["run"]["env"] == "wordle" and summary["run"]["tasks"] == "wordle"
+    capsys.readouterr()
+    for flags in (["--env", "edit-menu", "--tasks", "wordle"], ["--env", "coding-tools", "--tasks", "wordle"]):
+        bad = tmp_path / "bad"
+        rc = main(["sft", *flags, "--n-tasks", "2", "--epochs", "1", "--out", str(bad), "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert rc == 2 and f"--env {flags[1]} cannot run --tasks wordle" in err and err.count("\n") == 1, err
+        assert not (bad / "model.safetensors").exists()

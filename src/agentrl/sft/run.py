@@ -77,6 +77,28 @@ def run_summary(run: SFTRunConfig) -> dict[str, Any]:
     return {**asdict(run.policy), **own}
 
 
+def _expert_source(run: SFTRunConfig) -> SFTRunConfig:
+    """`run` with the task source its expert will play: --tasks left at bugfix for an --env that cannot run
+    bug-fix tasks (wordle) becomes that environment's own source, as in `agentrl train`.
+
+    Raises:
+        ValueError: unknown --env.
+    """
+    from dataclasses import replace
+
+    from agentrl.envs.registry import get_spec
+    from agentrl.tasks import make_tasks
+
+    if run.from_jsonl or run.agent or run.tasks != "bugfix":
+        return run
+    spec = get_spec(run.env)
+    if spec.default_tasks == "bugfix" or spec.accepts(make_tasks(1)[0]):
+        return run
+    log.warning("--env %s cannot run --tasks bugfix: its expert plays its own task source, --tasks %s",
+                run.env, spec.default_tasks)
+    return replace(run, tasks=spec.default_tasks)
+
+
 def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None) -> list:
     from agentrl.sft.data import expert_trajectories, load_trajectories
 
@@ -99,6 +121,13 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None
         tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
     if run.agent:
         return _agent_trajectories(run, cfg, tasks, tok, model)
+    from agentrl.envs.registry import get_spec
+
+    spec = get_spec(run.env)
+    refused = next((t for t in tasks if not spec.accepts(t)), None)
+    if refused is not None:  # before an expert meets a task it has no play for
+        raise ValueError(f"--env {run.env} cannot run --tasks {run.tasks} (task {refused.id!r}); "
+                         f"it takes {spec.task_sources}")
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
                                max_turns=run.max_turns, enable_thinking=run.policy.thinking)
 
@@ -152,6 +181,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         check_output_file(run.save_jsonl, "--save-jsonl")
     if not run.from_jsonl and run.n_tasks < 1:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
+    run = _expert_source(run)
     if Path(run.policy.model).is_dir() and Path(run.out).resolve() == Path(run.policy.model).resolve():
         raise ValueError(f"--out {run.out!r} is the --model folder; pass another --out so the input model is kept")
     t0 = time.perf_counter()
