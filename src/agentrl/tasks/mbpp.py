@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.paths import resolve_data
-from agentrl.preflight import loads_json
+from agentrl.preflight import check_input_file, loads_json
 from agentrl.tasks.task import Task
 
 DEFAULT_PATH = "mbpp/sanitized-mbpp.json"
@@ -116,7 +116,7 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
 
     Raises:
         FileNotFoundError: no local file and no usable `datasets`.
-        ValueError: the file is not a JSON list of MBPP records, or `split` is unknown.
+        ValueError: the file is a directory, not UTF-8, or not a JSON list of MBPP records, or `split` is unknown.
     """
     if split not in (None, "train", "test"):
         raise ValueError(f"MBPP split must be 'train', 'test' or None, got {split!r}")
@@ -130,10 +130,13 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
         except ImportError:
             raise FileNotFoundError(f"no local {DEFAULT_PATH} and `datasets` is not installed") from None
     else:
+        check_input_file(p, "MBPP data file", "a JSON list of MBPP records")
         try:
-            records = loads_json(Path(p).read_text(), str(p))
+            records = loads_json(Path(p).read_text(encoding="utf-8"), str(p))
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}: not valid JSON ({e})") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not UTF-8 text at byte {e.start}; expected a JSON list of MBPP records") from None
         if not isinstance(records, list):
             raise ValueError(f"{p}: expected a JSON list of MBPP records, got {type(records).__name__}")
     tasks = sorted((record_to_task(r, show_tests, reward_includes_shown) for r in records),
