@@ -45,6 +45,17 @@ def test_registry():
         make_env("chess")
 
 
+def test_env_check_refuses_a_per_test_timeout_too_large_to_double(capsys):
+    """--test-timeout-s 1e308 passed the finite check, then 2 * t overflowed to inf and math.ceil raised an
+    OverflowError traceback; a value over a day is now an argument error naming the flag."""
+    for value, why in (("1e308", "expected at most 86400 seconds (a day), got 1e+308"),
+                       ("86401", "expected at most 86400 seconds (a day), got 86401"), ("inf", "expected a finite number > 0")):
+        with pytest.raises(SystemExit) as e:
+            main(["env", "check", "bugfix", "--limit", "1", "--test-timeout-s", value])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"argument --test-timeout-s: {why}" in err and "Traceback" not in err
+
+
 def test_env_check_mbpp_command_prints_the_ceiling(capsys):
     assert main(["env", "check", "mbpp", "--split", "train", "--limit", "6"]) == 0
     out = capsys.readouterr().out

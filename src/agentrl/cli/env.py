@@ -12,6 +12,17 @@ from typing import Any
 from agentrl.cli.args import positive_float, positive_int
 from agentrl.envs.ceiling import bugfix_check, session_ceiling
 
+MAX_TEST_TIMEOUT_S = 86_400.0  # a day: beyond it the doubled job limits overflow what the sandbox can set
+
+
+def per_test_timeout(text: str) -> float:
+    """argparse `type=` for --test-timeout-s: a finite number of seconds in (0, MAX_TEST_TIMEOUT_S];
+    argparse.ArgumentTypeError otherwise (1e308 doubled to inf crashed the CPU-limit arithmetic)."""
+    value = positive_float(text)
+    if value > MAX_TEST_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TEST_TIMEOUT_S:g} seconds (a day), got {value:g}")
+    return value
+
 
 def register(subparsers: Any) -> None:
     """Add `env check ...` to the agentrl command line."""
@@ -32,7 +43,7 @@ def register(subparsers: Any) -> None:
                             "(default 3; 1 = once, in the warm pool)")
     check.add_argument("--reward-includes-shown-test", action="store_true",
                        help="score the test shown in the prompt too (the write-up's scoring; default: hidden tests only)")
-    check.add_argument("--test-timeout-s", type=positive_float, default=None,
+    check.add_argument("--test-timeout-s", type=per_test_timeout, default=None,
                        help="per-test wall-clock limit of the grader, seconds (default: SandboxLimits); the "
                             "job's wall-clock and CPU limits are raised to at least twice this")
     check.set_defaults(func=main)
