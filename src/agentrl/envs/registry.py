@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,6 +194,25 @@ def get_spec(name: str) -> EnvSpec:
     if name not in specs:
         raise ValueError(f"unknown environment {name!r}; expected one of {', '.join(specs)}")
     return specs[name]
+
+
+def check_env_runs(name: str, tasks: Iterable[Task], source: str) -> None:
+    """Raise ValueError, naming the first task of `tasks` (from `--tasks source`) that environment `name`'s spec
+    refuses and the sources it takes; return None when it accepts them all."""
+    spec = get_spec(name)
+    refused = next((t for t in tasks if not spec.accepts(t)), None)
+    if refused is not None:
+        raise ValueError(f"--env {name} cannot run --tasks {source} (task {refused.id!r}); it takes {spec.task_sources}")
+
+
+def own_task_source(name: str, source: str, sample: Task) -> str | None:
+    """The task source environment `name` plays instead of `source` when it cannot run `sample` (a task of
+    `source`) and has a default source of its own (Wordle's words for bug-fix tasks); None when it runs `source`
+    or has no other. Raises ValueError for an unknown name."""
+    spec = get_spec(name)
+    if spec.default_tasks == source or spec.accepts(sample):
+        return None
+    return spec.default_tasks
 
 
 def make_env(name: str, **kwargs: Any) -> Env:

@@ -17,6 +17,7 @@ import torch
 from agentrl.chat.template import render_prompt
 from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
 from agentrl.envs import env_names, get_spec, make_env
+from agentrl.envs.registry import check_env_runs, own_task_source
 from agentrl.models.device import resolve_device, resolve_dtype
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
@@ -35,11 +36,7 @@ def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
 
 def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
     """ValueError naming the supported sources when `env` cannot run the tasks of `tasks` (its EnvSpec says)."""
-    spec = get_spec(env)
-    sample = (tasks.train or tasks.heldout)[0]
-    if not spec.accepts(sample):
-        raise ValueError(f"--env {env} cannot run --tasks {tasks.source} (task {sample.id!r}); "
-                         f"it takes {spec.task_sources}")
+    check_env_runs(env, [(tasks.train or tasks.heldout)[0]], tasks.source)
 
 
 def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -163,15 +160,13 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
     resolve_device(cfg.policy.device)
     check_families_apply(cfg, cfg.tasks.source)
     tasks, notes = run_task_sets(cfg), []
-    default_source = TasksSection().source
-    spec = get_spec(cfg.env.name)
-    if cfg.tasks.source == default_source and spec.default_tasks != default_source and \
-            not spec.accepts((tasks.train or tasks.heldout)[0]):
-        check_families_apply(cfg, spec.default_tasks, why=f" (--env {cfg.env.name} cannot run bug-fix tasks and "
-                                                          f"uses its own)")
+    own = own_task_source(cfg.env.name, cfg.tasks.source, (tasks.train or tasks.heldout)[0]) \
+        if cfg.tasks.source == TasksSection().source else None
+    if own is not None:
+        check_families_apply(cfg, own, why=f" (--env {cfg.env.name} cannot run bug-fix tasks and uses its own)")
         notes.append(f"--env {cfg.env.name} cannot run --tasks {cfg.tasks.source}: using its own task source, --tasks "
-                     f"{spec.default_tasks}")
-        cfg = cfg.replace_flat(tasks=spec.default_tasks)
+                     f"{own}")
+        cfg = cfg.replace_flat(tasks=own)
         tasks = run_task_sets(cfg)
     if cfg.run.steps and not tasks.train:
         raise ValueError(f"task source {cfg.tasks.source!r} has no training tasks; use `agentrl eval` for it")

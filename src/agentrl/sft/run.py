@@ -86,17 +86,16 @@ def _expert_source(run: SFTRunConfig) -> SFTRunConfig:
     """
     from dataclasses import replace
 
-    from agentrl.envs.registry import get_spec
+    from agentrl.envs.registry import own_task_source
     from agentrl.tasks import make_tasks
 
     if run.from_jsonl or run.agent or run.tasks != "bugfix":
         return run
-    spec = get_spec(run.env)
-    if spec.default_tasks == "bugfix" or spec.accepts(make_tasks(1)[0]):
+    own = own_task_source(run.env, run.tasks, make_tasks(1)[0])
+    if own is None:
         return run
-    log.warning("--env %s cannot run --tasks bugfix: its expert plays its own task source, --tasks %s",
-                run.env, spec.default_tasks)
-    return replace(run, tasks=spec.default_tasks)
+    log.warning("--env %s cannot run --tasks bugfix: its expert plays its own task source, --tasks %s", run.env, own)
+    return replace(run, tasks=own)
 
 
 def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None) -> list:
@@ -121,13 +120,9 @@ def _trajectories(run: SFTRunConfig, cfg: SFTConfig, tok: Any, model: Any = None
         tasks = [randomize_names(t, rng) for t in make_tasks(run.n_tasks, families, seed=cfg.seed, split=run.split)]
     if run.agent:
         return _agent_trajectories(run, cfg, tasks, tok, model)
-    from agentrl.envs.registry import get_spec
+    from agentrl.envs.registry import check_env_runs
 
-    spec = get_spec(run.env)
-    refused = next((t for t in tasks if not spec.accepts(t)), None)
-    if refused is not None:  # before an expert meets a task it has no play for
-        raise ValueError(f"--env {run.env} cannot run --tasks {run.tasks} (task {refused.id!r}); "
-                         f"it takes {spec.task_sources}")
+    check_env_runs(run.env, tasks, run.tasks)  # before an expert meets a task it has no play for
     return expert_trajectories(run.env, tasks, tok, random_op=run.random_op, seed=cfg.seed, sandbox=Sandbox(),
                                max_turns=run.max_turns, enable_thinking=run.policy.thinking)
 

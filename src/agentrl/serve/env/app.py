@@ -124,6 +124,7 @@ def build_app(cfg: EnvServerConfig) -> ServedEnv:
     from openenv.core.env_server import create_app
     from openenv.core.env_server.types import ConcurrencyConfig
 
+    from agentrl.envs.registry import check_env_runs
     from agentrl.sandbox import Sandbox
     from agentrl.serve.env.server import SessionRegistry, TaskCatalog, make_factory
     from agentrl.serve.env.types import AgentrlAction, AgentrlObservation, AgentrlState
@@ -134,10 +135,7 @@ def build_app(cfg: EnvServerConfig) -> ServedEnv:
     sandbox = Sandbox()
     try:
         spec, new_env = _env_factory(cfg, sandbox)
-        bad = next((t for t in sets.train + sets.heldout if not spec.accepts(t)), None)
-        if bad is not None:
-            raise ValueError(f"--env {cfg.env} cannot run --tasks {sets.source} (task {bad.id!r}); it runs "
-                             f"{spec.task_sources}")
+        check_env_runs(cfg.env, sets.train + sets.heldout, sets.source)
         probe = new_env()
         try:
             catalog = TaskCatalog.from_lists(sets.train, sets.heldout, env=probe)
