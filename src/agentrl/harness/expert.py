@@ -32,6 +32,8 @@ from agentrl.rollout.scripted import Reply, ScriptedSampler, tool_call_text
 from agentrl.tasks.task import Task
 
 CLOSING_TEXT = "I fixed the bug with that edit."
+_TASK_RE = re.compile(r"The function `([^`]+)` in (\S+) has a bug\.")
+_WORKDIR_RE = re.compile(r"Working directory: (\S+)")
 
 
 def shown_tests_command(task: Task) -> str:
@@ -44,8 +46,6 @@ def shown_tests_command(task: Task) -> str:
     mod = public_test_name(task).removesuffix(".py")
     return (f"python3 -c \"import {mod} as t; [f() for n, f in sorted(vars(t).items()) if n.startswith('test_')]; "
             f"print('all tests passed')\"")
-_TASK_RE = re.compile(r"The function `([^`]+)` in (\S+) has a bug\.")
-_WORKDIR_RE = re.compile(r"Working directory: (\S+)")
 
 
 def _expert_edit(task: Task, random_op: bool, seed: int) -> tuple[str, str]:
