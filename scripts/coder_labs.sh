@@ -49,11 +49,18 @@ sft() {  # sft SEED ENV OUT [extra args]: 192 expert episodes, 2 epochs, lr 2e-5
 }
 
 grpo() {  # grpo SEED MODEL ENV OUT [extra args]: 8 prompts x 8 episodes a step, lr 1e-6, fp32, fast sampler
-  local seed=$1 model=$2 env=$3 out=$4
+  # The training budget is TRAIN_S, cut to leave GRPO_RESERVE_S (default 200) before DEADLINE for the model's
+  # load, both evaluations and the last step's overrun: an opencode run whose SFT took longer than planned was
+  # killed at the deadline after its final evaluation, before its report (results/coder/opencode-1.5b-graded)
+  local seed=$1 model=$2 env=$3 out=$4 budget
   shift 4
+  budget=$(( $(left) - ${GRPO_RESERVE_S:-200} ))
+  (( budget < TRAIN_S )) && echo "grpo: training budget cut from TRAIN_S=$TRAIN_S to ${budget}s (deadline)" >&2
+  (( budget > TRAIN_S )) && budget=$TRAIN_S
+  (( budget < 30 )) && budget=30
   timeout "$(left)" "$PY" -m agentrl train --model "$model" --env "$env" --seed "$seed" --device "$DEVICE" \
     --dtype fp32 --sampler fast --steps "$STEPS" --lr 1e-6 --eval-n 8 --gen-batch 64 --micro 8 \
-    --max-train-s "$TRAIN_S" --out "$out" "$@"
+    --max-train-s "$budget" --out "$out" "$@"
 }
 
 run_tools() { sft "$1" coding-tools "$2/sft" --random-op --families "$WRITEUP" && grpo "$1" "$2/sft" coding-tools "$2/rl" --families "$WRITEUP" --max-new-tokens 256; }

@@ -47,24 +47,42 @@ def test_expert_reads_then_applies_the_correct_line_edit_then_stops():
 
 
 def test_the_experts_test_command_runs_the_shown_tests_without_pytest(tmp_path):
-    """The command needs only python3 (the harness's interpreter may lack pytest): it fails on the buggy source
-    with the failing test's traceback, and passes on the reference."""
+    """In a black-box workspace (write_repo) the command needs only python3 (the harness's interpreter may lack
+    pytest): on the buggy source it exits 1 with the failing test's traceback, on the reference it passes every
+    shown test, one line each; a source that does not import fails too."""
     import os
     import subprocess
 
-    from agentrl.envs.coding_tools import public_test_file, public_test_name
+    from agentrl.harness.episode import write_repo
+
+    def run(d):
+        env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+        return subprocess.run(shown_tests_command(task), shell=True, cwd=d, capture_output=True, text=True,
+                              env=env, timeout=60)
 
     for task in make_tasks(4, ["minmax", "range", "compare", "zero"], seed=5, split="train"):
-        for source, ok in ((task.files[task.source_file], False), (task.reference, True)):
-            d = tmp_path / f"{task.id}-{ok}"
+        n_shown = len(task.public_tests)
+        for source, ok in ((None, False), (task.reference, True), ("def broken(:\n", False)):
+            d = tmp_path / f"{task.id}-{len(list(tmp_path.iterdir()))}"
             d.mkdir()
-            (d / task.source_file).write_text(source)
-            (d / public_test_name(task)).write_text(public_test_file(task))
-            env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
-            r = subprocess.run(shown_tests_command(task), shell=True, cwd=d, capture_output=True, text=True, env=env,
-                               timeout=60)
-            assert (r.returncode == 0) == ok, (task.id, r.stderr)
+            write_repo(d, task)
+            if source is not None:
+                (d / task.source_file).write_text(source)
+            r = run(d)
+            assert (r.returncode == 0) == ok, (task.id, r.stdout, r.stderr)
             assert ("all tests passed" in r.stdout) == ok and (("Traceback" in r.stderr) != ok)
+            if ok:
+                ran = [ln for ln in r.stdout.splitlines() if "::test_" in ln and ln.endswith(" passed")]
+                assert len(ran) == n_shown, r.stdout  # every shown test ran, none skipped
+            else:
+                assert "FAILED" in r.stdout or "could not be imported" in r.stdout
+
+
+def test_black_box_task_message_says_how_to_run_the_tests():
+    from agentrl.harness.episode import TEST_RUNNER
+
+    (task,) = make_tasks(1, ["minmax"], seed=2, split="train")
+    assert f"python3 {TEST_RUNNER}" in task_message(task) and shown_tests_command(task) == f"python3 {TEST_RUNNER}"
 
 
 def test_random_op_expert_picks_menu_ops_reproducibly_per_task():

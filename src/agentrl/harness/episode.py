@@ -105,11 +105,50 @@ class AgentEpisode:
     isolation: str
 
 
-def _write_repo(workdir: Path, task: Task) -> None:
+TEST_RUNNER = "run_tests.py"
+"""The test runner every black-box workspace holds beside the task's files (`python3 run_tests.py`)."""
+
+TEST_RUNNER_SOURCE = '''"""Run every test_* function of the test_*.py files in this folder: python3 run_tests.py"""
+import importlib, os, sys, traceback
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+failed = 0
+for path in sorted(f for f in os.listdir(here) if f.startswith("test_") and f.endswith(".py")):
+    try:
+        tests = sorted((n, f) for n, f in vars(importlib.import_module(path[:-3])).items()
+                       if n.startswith("test_") and callable(f))
+    except Exception:
+        failed += 1
+        print(f"{path}: could not be imported", flush=True)
+        traceback.print_exc()
+        continue
+    for name, test in tests:
+        try:
+            test()
+            print(f"{path}::{name} passed", flush=True)
+        except Exception:
+            failed += 1
+            print(f"{path}::{name} FAILED", flush=True)
+            traceback.print_exc()
+print("all tests passed" if failed == 0 else f"{failed} failed")
+sys.exit(1 if failed else 0)
+'''
+
+
+def write_repo(workdir: Path, task: Task) -> None:
+    """Lay out a black-box episode's workspace in `workdir`: the task's files, its shown test file
+    (agentrl.envs.coding_tools.public_test_file) and `TEST_RUNNER` (plain python3, no pytest: the harness's
+    interpreter need not have it), unless the task brings a file of that name.
+
+    Raises:
+        ValueError: a task file's path leaves `workdir`.
+    """
     from agentrl.envs.coding_tools import public_test_file, public_test_name
 
     files = dict(task.files)
     files.setdefault(public_test_name(task), public_test_file(task))
+    files.setdefault(TEST_RUNNER, TEST_RUNNER_SOURCE)
     for rel, text in files.items():
         p = (workdir / rel).resolve()
         if workdir.resolve() not in p.parents:
@@ -129,12 +168,13 @@ def _read_source(workdir: Path, task: Task) -> str | None:
 
 
 def task_message(task: Task) -> str:
-    """The user message opencode gets (the coding-tools environment's wording, with relative paths)."""
+    """The user message opencode gets: the coding-tools environment's wording, with relative paths, and how to
+    run the shown tests (`TEST_RUNNER`, which `write_repo` puts in the workspace)."""
     from agentrl.envs.coding_tools import public_test_name
 
     test = public_test_name(task)
     return (f"The function `{task.entry}` in {task.source_file} has a bug. Fix it so that it behaves correctly. "
-            f"Tests are in {test}.")
+            f"Tests are in {test}; run them with `python3 {TEST_RUNNER}`.")
 
 
 class BlackBoxRunner:
@@ -207,7 +247,7 @@ class BlackBoxRunner:
         work.mkdir()
         home.mkdir()
         try:
-            _write_repo(work, task)
+            write_repo(work, task)
             self.server.open_rollout(rid, self.cfg.budget)
             config = opencode_config(self.base_url, rid, context_tokens=self.cfg.context_tokens,
                                      output_tokens=self.cfg.output_tokens)

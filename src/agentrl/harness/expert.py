@@ -37,15 +37,18 @@ _WORKDIR_RE = re.compile(r"Working directory: (\S+)")
 
 
 def shown_tests_command(task: Task) -> str:
-    """The shell command the expert runs to check its edit: every `test_*` function of the task's shown
-    test file, in the repository (opencode's bash tool runs in the work dir), with the harness's own
-    `python3`. Plain Python, not pytest: the harness's interpreter need not have pytest installed. Prints
-    "all tests passed", or exits with the failing assert's traceback."""
-    from agentrl.envs.coding_tools import public_test_name
+    """The shell command the expert runs to check its edit: the workspace's test runner
+    (agentrl.harness.episode.TEST_RUNNER: every `test_*` function of the shown test file, plain `python3`, no
+    pytest), in the repository (opencode's bash tool runs in the work dir). Prints one line per test and "all
+    tests passed", or exits 1 with each failing assert's traceback.
 
-    mod = public_test_name(task).removesuffix(".py")
-    return (f"python3 -c \"import {mod} as t; [f() for n, f in sorted(vars(t).items()) if n.startswith('test_')]; "
-            f"print('all tests passed')\"")
+    A short command on purpose: the earlier one-line `python3 -c "import test_x as t; [f() for ...]"` was
+    garbled by the warm-started 1.5B (unbalanced quotes, a comprehension that ran no test), and after GRPO the
+    policy had dropped the step (results/coder/opencode-1.5b-graded)."""
+    from agentrl.harness.episode import TEST_RUNNER
+
+    del task  # every task's workspace has the same runner
+    return f"python3 {TEST_RUNNER}"
 
 
 def _expert_edit(task: Task, random_op: bool, seed: int) -> tuple[str, str]:
