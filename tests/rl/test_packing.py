@@ -10,7 +10,8 @@ from agentrl.rl.update import enable_gradient_checkpointing
 
 def _grads(model, b, pack, weights):
     model.zero_grad(set_to_none=True)
-    lp, ent = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, chunk_rows=5, pack=pack)
+    lp, ent = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, chunk_rows=5, pack=pack,
+                              entropy_grad=True)
     ((lp * weights).sum() + 0.1 * ent.sum()).backward()
     return lp.detach(), ent.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 

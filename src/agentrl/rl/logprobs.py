@@ -49,9 +49,12 @@ def split_causal_lm(model: nn.Module) -> tuple[nn.Module, nn.Module]:
 
 
 def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, warpers: Any,
-                softcap: float | None, logit_scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+                softcap: float | None, logit_scale: float | None,
+                entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """[M, H] hidden, [M] targets -> ([M] log p(target), [M] entropy) under the warped distribution,
-    softmax in fp32 or fp64."""
+    softmax in fp32 or fp64. The entropy is built outside autograd unless `entropy_grad`: as a statistic its
+    graph kept two more [M, V] fp32 tensors (exp and the product) alive in the chunk's backward, about a
+    third of the update's memory above weights and optimizer state (bench/README.md, issue 26 item 5)."""
     logits = head(h)  # [M, V]
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # bf16/fp16 models: softmax in fp32
@@ -62,9 +65,15 @@ def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, warpers
     if warpers:
         logits = warpers(None, logits)  # temperature, then top-k / top-p masks (-inf), as the sampler does
     logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(1, targets[:, None]).squeeze(1)
+    del logits  # log_softmax's backward needs its output, not its input: one [M, V] fewer from here on
+    # nll_loss = -gather, but its backward writes the [M, V] gradient once (gather's zeros, then scatter_add, is two)
+    logp = -torch.nn.functional.nll_loss(logp_all, targets, reduction="none")
     finite = logp_all.masked_fill(torch.isinf(logp_all), 0.0) if warpers else logp_all  # 0 * -inf would be NaN
-    entropy = -(logp_all.exp() * finite).sum(dim=-1)
+    if entropy_grad and torch.is_grad_enabled():
+        entropy = -(logp_all.exp() * finite).sum(dim=-1)
+    else:
+        with torch.no_grad():  # one [M, V] temporary, multiplied in place
+            entropy = -logp_all.exp().mul_(finite).sum(dim=-1)
     return logp, entropy
 
 
@@ -79,6 +88,7 @@ def policy_logprobs(
     top_k: int = 0,
     top_p: float = 1.0,
     pack: bool | None = None,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability and entropy of the policy at each policy position.
 
@@ -95,11 +105,15 @@ def policy_logprobs(
             causal attention, no compute on padding). None (default): when `packing.packable` says the model
             and batch allow it; True: required (ValueError if not packable); False: the padded forward.
             Both give the same values up to float rounding (tested in fp32 and fp64, with gradients).
+        entropy_grad: build the entropy inside autograd (for a loss with an entropy term). Default False: the
+            entropy is a statistic, and its graph would hold two more [chunk_rows, V] fp32 tensors in each
+            chunk's backward.
 
     Returns:
         (logp [N, L], entropy [N, L]), float32 (float64 for an fp64 model): at policy positions (n, t), logp = log softmax(
         logits from hidden[n, t-1])[input_ids[n, t]] and entropy = the entropy of that next-token
-        distribution (nats); 0.0 elsewhere. Differentiable with respect to the model's parameters. With
+        distribution (nats); 0.0 elsewhere. logp is differentiable with respect to the model's parameters (entropy
+        only with `entropy_grad`). With
         top_k/top_p, a target outside the kept set has logp -inf.
 
     Raises:
@@ -140,9 +154,10 @@ def policy_logprobs(
         h = h_sel[start: start + chunk_rows]
         t = targets[start: start + chunk_rows]
         if torch.is_grad_enabled() and h.requires_grad:
-            lp, en = checkpoint(_head_chunk, head, h, t, warpers, softcap, logit_scale, use_reentrant=False)
+            lp, en = checkpoint(_head_chunk, head, h, t, warpers, softcap, logit_scale, entropy_grad,
+                                use_reentrant=False)
         else:
-            lp, en = _head_chunk(head, h, t, warpers, softcap, logit_scale)
+            lp, en = _head_chunk(head, h, t, warpers, softcap, logit_scale, entropy_grad)
         logps.append(lp)
         ents.append(en)
     out_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
