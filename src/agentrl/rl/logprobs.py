@@ -52,9 +52,10 @@ def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, warpers
                 softcap: float | None, logit_scale: float | None,
                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """[M, H] hidden, [M] targets -> ([M] log p(target), [M] entropy) under the warped distribution,
-    softmax in fp32 or fp64. The entropy is built outside autograd unless `entropy_grad`: as a statistic its
-    graph kept two more [M, V] fp32 tensors (exp and the product) alive in the chunk's backward, about a
-    third of the update's memory above weights and optimizer state (bench/README.md, issue 26 item 5)."""
+    softmax in fp32 or fp64. The entropy is built outside autograd unless `entropy_grad`: as a statistic inside
+    autograd it held two more [M, V] fp32 tensors (exp and the product) beside the logits and log-softmax, in
+    the chunk's forward and again in its recompute, about half of the update's memory above weights and
+    optimizer state in bench/profile_update_memory.py (bench/README.md, issue 26 item 5)."""
     logits = head(h)  # [M, V]
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # bf16/fp16 models: softmax in fp32
@@ -68,12 +69,11 @@ def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, warpers
     del logits  # log_softmax's backward needs its output, not its input: one [M, V] fewer from here on
     # nll_loss = -gather, but its backward writes the [M, V] gradient once (gather's zeros, then scatter_add, is two)
     logp = -torch.nn.functional.nll_loss(logp_all, targets, reduction="none")
-    finite = logp_all.masked_fill(torch.isinf(logp_all), 0.0) if warpers else logp_all  # 0 * -inf would be NaN
-    if entropy_grad and torch.is_grad_enabled():
-        entropy = -(logp_all.exp() * finite).sum(dim=-1)
-    else:
-        with torch.no_grad():  # one [M, V] temporary, multiplied in place
-            entropy = -logp_all.exp().mul_(finite).sum(dim=-1)
+    grad = entropy_grad and torch.is_grad_enabled()
+    with torch.set_grad_enabled(grad):  # off: no graph, and the product is taken in place
+        finite = logp_all.masked_fill(torch.isinf(logp_all), 0.0) if warpers else logp_all  # 0 * -inf would be NaN
+        probs = logp_all.exp()
+        entropy = -(probs * finite if grad else probs.mul_(finite)).sum(dim=-1)
     return logp, entropy
 
 
@@ -107,7 +107,7 @@ def policy_logprobs(
             Both give the same values up to float rounding (tested in fp32 and fp64, with gradients).
         entropy_grad: build the entropy inside autograd (for a loss with an entropy term). Default False: the
             entropy is a statistic, and its graph would hold two more [chunk_rows, V] fp32 tensors in each
-            chunk's backward.
+            chunk's forward and recompute.
 
     Returns:
         (logp [N, L], entropy [N, L]), float32 (float64 for an fp64 model): at policy positions (n, t), logp = log softmax(
