@@ -34,9 +34,10 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "logprob": ("bench_rollout", {"4": "4"}),
     "ragged": ("bench_ragged", {"4": "2"}),
     "step": ("bench_step", {"7": "3"}),
+    "step_tok": ("bench_step", {"7": "3"}),  # the same step with RLConfig's default update (16k-token microbatches)
     "update": ("bench_update", {"5": "5"}),
 }
-BF16_ONLY = ("step", "update")
+BF16_ONLY = ("step", "step_tok", "update")
 REAL_MODELS = {"coder05": "Qwen2.5-Coder-0.5B", "coder15": "Qwen2.5-Coder-1.5B"}
 STEP_LIMIT_S = {"coder05": None, "coder15": 10.0}  # issue 26 item 6: the 1.5B's coding-tools step <= 10 s
 
@@ -110,7 +111,7 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
             if part.startswith("rollout_") and "plain generate" in t["figure"]:
                 continue  # the variants run without plain generate (--skip-hf): only their decode fractions
             if t["target"] in renumber:
-                tag = f" [{part}]" if part.startswith("rollout_") else ""  # the variant the figure measured
+                tag = f" [{part}]" if part.startswith(("rollout_", "step_tok")) else ""  # the variant measured
                 figures.append({"part": part, **t, "figure": t["figure"] + tag, "target": renumber[t["target"]]})
     for key in REAL_MODELS:
         figures += [{"part": f"*_{key}", **t} for t in real_model_figures(key, parts)]

@@ -25,7 +25,11 @@
 #   update    bench_update.py: 4-row microbatches (the old default) vs full logits, bf16, checkpointing off and on,
 #             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) (item 5)
 #   step      bench_step.py: 2 coding-tools train steps (8 x 8, fast sampler, KV kept in place, micro 4), time and peak
-#             (item 3)
+#             (item 3), with the static cache's memory given back during the update (release_kv, CUDA VMM) and kept
+#   step_tok  the same step with RLConfig's default update (16,384-token microbatches, checkpointing), KV kept and
+#             released to PyTorch's allocator (item 3)
+#   kv_release   bench_kv_release.py: milliseconds to make, release and restore a 12.25 GiB cache through CUDA VMM
+#             (per tensor and as one buffer) against torch.zeros (reported)
 #   rollout_coder05 / rollout_coder15   Qwen2.5-Coder-0.5B / 1.5B (bench/configs/): decode fraction of the bound at
 #             64 / 256 (item 6)
 #   update_coder05 / update_coder15     their default bf16 update's tokens/s (item 6)
@@ -67,7 +71,7 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 # fail in seconds, not after minutes, when the image lacks something the benchmarks import
 if ! "$PY" -c 'import sys; sys.path.insert(0, "bench")
-import torch, transformers, bench_rollout, bench_ragged, bench_update, bench_reuse, bench_step, issue26_summary
+import torch, transformers, bench_rollout, bench_ragged, bench_update, bench_reuse, bench_step, bench_kv_release, issue26_summary
 print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available(),
       torch.cuda.get_device_name() if torch.cuda.is_available() else "")' 2>&1 | tee -a "$LOG"; then
   echo "the benchmarks cannot be imported (above); carry the missing wheels and pass WHEELS=DIR"; exit 2
@@ -106,7 +110,8 @@ if [ -n "${SMOKE:-}" ]; then
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
     --length 64 --prompt 16 --segment 8 --extra-rows bf16:on:200
-  part step 600 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 1 --micro 2 --prompts 2 --group 3
+  part step 600 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 1 --micro 2 --prompts 2 --group 3 \
+    --release-kv off allocator
   for m in coder05 coder15; do
     if [ $m = coder05 ]; then C=("${C05[@]}"); else C=("${C15[@]}"); fi
     part rollout_$m 300 bench_rollout "${C[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention "${ATT[0]}"
@@ -141,7 +146,14 @@ else
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)
   part update 110 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive \
     --extra-rows bf16:off:16384 bf16:on:16384 bf16:on:32768
-  part step 55 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
+  # step: the static KV cache given back during the update (release_kv vmm: to the device at the same addresses;
+  # allocator: to PyTorch's cache) and kept (off), then RLConfig's default update (16k-token microbatches)
+  part step 190 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4 \
+    --release-kv off vmm allocator
+  part step_tok 150 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro-tokens 16384 \
+    --release-kv off allocator
+  # kv_release: the driver's cost of giving the 12.25 GiB cache back and taking it again (release_kv vmm)
+  part kv_release 40 bench_kv_release
   part rollout_coder05 30 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
     --decode-attention "${ATT[0]}"
   part rollout_coder15 35 bench_rollout "${C15[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \

@@ -92,6 +92,35 @@ def rope_tables(arch: Arch, positions: int, dtype, device) -> tuple[torch.Tensor
     return (emb.cos() * arch.rope_scale).to(dtype), (emb.sin() * arch.rope_scale).to(dtype)
 
 
+def _kv_slot(shape: tuple[int, ...], dtype, device, releasable: str):
+    """One layer's zeroed K or V slots [R, nkv, L, D]: (tensor, its buffer or None). releasable ("vmm" or
+    "allocator"; "" for a plain tensor): carved from an agentrl.rollout.kv_memory buffer (`kv_buffer`)."""
+    if not releasable:
+        return torch.zeros(shape, dtype=dtype, device=device), None
+    from agentrl.rollout.kv_memory import kv_buffer
+
+    n = 1
+    for d in shape:
+        n *= d
+    buf = kv_buffer(n * torch.empty(0, dtype=dtype).element_size(), torch.device(device), mode=releasable)
+    return _view(buf, shape, dtype), buf
+
+
+def _view(buf: Any, shape: tuple[int, ...], dtype) -> torch.Tensor:
+    n = 1
+    for d in shape:
+        n *= d
+    return buf.tensor.view(dtype)[:n].view(shape)
+
+
+def _kv_slots(n_layers: int, shape: tuple[int, ...], dtype, device, releasable: str):
+    """(k, v, buffers): n_layers K and n_layers V slot tensors (see _kv_slot); buffers: K's then V's, [] when
+    not releasable."""
+    made = [_kv_slot(shape, dtype, device, releasable) for _ in range(2 * n_layers)]
+    ts = [t for t, _ in made]
+    return ts[:n_layers], ts[n_layers:], [b for _, b in made if b is not None]
+
+
 class SlotState:
     """Static buffers of the decode loop: per-layer KV slots [R, nkv, L, D] and per-row state.
 
@@ -101,13 +130,18 @@ class SlotState:
     out_logps [R, S + 1] float32 (the turn's samples; index nsamp[r] is where the next one goes; a done row
     writes its padding to the spare last index). cols [L] long is arange(L) (key masks). Views `[:b]` of these
     buffers are what a bucket-b CUDA graph reads and writes, so every bucket shares the one allocation.
+
+    releasable ("vmm", "allocator", or "" for plain tensors): each layer's K and V slots are carved from an
+    agentrl.rollout.kv_memory buffer, so `release_kv()` can give their memory back between rollouts and
+    `restore_kv()` take it again: at the same addresses with "vmm" on CUDA with virtual memory management
+    (`kv_stable`), else from PyTorch's allocator, where `restore_kv()` says whether the addresses came back.
     """
 
-    def __init__(self, arch: Arch, rows: int, length: int, steps: int, dtype, device):
-        shape = (rows, arch.n_kv, length, arch.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in arch.layers]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in arch.layers]
+    def __init__(self, arch: Arch, rows: int, length: int, steps: int, dtype, device, *, releasable: str = ""):
         self.rows, self.length, self.steps = rows, length, steps
+        self.kv_shape, self.kv_dtype, self.releasable = (rows, arch.n_kv, length, arch.head_dim), dtype, releasable
+        self.k, self.v, self.kv_buffers = _kv_slots(len(arch.layers), self.kv_shape, dtype, device, releasable)
+        self.kv_ptrs: list[int] = []  # the slots' addresses when released from a plain buffer
         z = dict(device=device, dtype=torch.long)
         self.cols = torch.arange(length, **z)
         self.lens = torch.zeros(rows, **z)
@@ -117,6 +151,57 @@ class SlotState:
         self.done = torch.ones(rows, dtype=torch.bool, device=device)
         self.out_ids = torch.zeros(rows, steps + 1, **z)
         self.out_logps = torch.zeros(rows, steps + 1, dtype=torch.float32, device=device)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the K and V slots of every layer (0 while released with a plain buffer)."""
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+    @property
+    def kv_held(self) -> bool:
+        """False between `release_kv()` and `restore_kv()`."""
+        return all(b.mapped for b in self.kv_buffers)
+
+    @property
+    def kv_stable(self) -> bool:
+        """True when `release_kv()` keeps the slots' addresses (CUDA graphs captured over them stay valid): the
+        buffers are agentrl.rollout.kv_memory.VmmBuffer (releasable, on a device with virtual memory management)."""
+        return bool(self.kv_buffers) and all(b.stable_address for b in self.kv_buffers)
+
+    def kv_mapped_bytes(self) -> int:
+        """Bytes of KV memory held outside PyTorch's caching allocator (VmmBuffers while mapped), which
+        `torch.cuda.memory_allocated()` does not count."""
+        return sum(b.mapped_bytes for b in self.kv_buffers)
+
+    def release_kv(self) -> None:
+        """Give the KV slots' memory back (contents lost; the per-row buffers stay). Needs `releasable`. With
+        stable buffers the views keep their addresses (capture and replay over them only after `restore_kv()`);
+        otherwise the views are dropped and `restore_kv()` makes new ones at other addresses.
+
+        Raises: RuntimeError without `releasable`; agentrl.rollout.kv_memory.CudaDriverError from the driver."""
+        if not self.releasable:
+            raise RuntimeError("SlotState.release_kv: the state was not made releasable")
+        if not self.kv_stable:
+            self.kv_ptrs = [t.data_ptr() for t in (*self.k, *self.v)]
+            self.k, self.v = [], []
+        for b in self.kv_buffers:
+            b.release()
+
+    def restore_kv(self) -> bool:
+        """Zeroed KV slots again after `release_kv()` (no-op while held). Returns True when every slot tensor is
+        at the address it had before the release (always with stable buffers; with plain ones when PyTorch's
+        allocator handed the same blocks back), so graphs captured over them are still valid. Raises
+        CudaDriverError (e.g. out of memory) from the driver."""
+        if self.kv_held:
+            return True
+        for b in self.kv_buffers:
+            b.restore()
+        if self.kv_stable:
+            return True
+        n = len(self.kv_buffers) // 2
+        views = [_view(b, self.kv_shape, self.kv_dtype) for b in self.kv_buffers]
+        self.k, self.v = views[:n], views[n:]
+        return [t.data_ptr() for t in views] == self.kv_ptrs
 
     def small(self) -> list[torch.Tensor]:
         """Every per-row buffer (snapshotted around graph warm-up, permuted by compaction)."""
@@ -129,16 +214,28 @@ class SlotState:
         rows, length, steps = max(rows, self.rows), max(length, self.length), max(steps, self.steps)
         new = SlotState.__new__(SlotState)
         new.rows, new.length, new.steps = rows, length, steps
-        shape = (rows, arch.n_kv, length, arch.head_dim)
-        for name in ("k", "v"):
-            old, out = getattr(self, name), []
-            for i in range(len(old)):
-                t = torch.zeros(shape, dtype=old[i].dtype, device=old[i].device)
-                t[: self.rows, :, : self.length] = old[i]
-                old[i] = None  # release as we go
-                out.append(t)
-            setattr(new, name, out)
+        new.kv_shape, new.kv_dtype, new.releasable = (rows, arch.n_kv, length, arch.head_dim), self.kv_dtype, \
+            self.releasable
+        new.kv_ptrs = []
         dev = self.lens.device
+        held, n = self.kv_held and bool(self.k), len(arch.layers)
+        if not held:  # released: nothing to keep; new zeroed slots
+            self.k, self.v, self.kv_buffers = [], [], []
+            new.k, new.v, new.kv_buffers = _kv_slots(n, new.kv_shape, self.kv_dtype, dev, self.releasable)
+        else:
+            out: list[list[torch.Tensor]] = [[], []]
+            bufs: list[Any] = []
+            for j, old in enumerate((self.k, self.v)):
+                for i in range(len(old)):
+                    t, buf = _kv_slot(new.kv_shape, self.kv_dtype, dev, self.releasable)
+                    t[: self.rows, :, : self.length] = old[i]
+                    old[i] = None  # release as we go (a buffer goes with its last view)
+                    if self.kv_buffers:
+                        self.kv_buffers[j * n + i] = None
+                    out[j].append(t)
+                    bufs += [buf] if buf is not None else []
+            self.kv_buffers = []
+            new.k, new.v, new.kv_buffers = out[0], out[1], bufs
         new.cols = torch.arange(length, device=dev, dtype=torch.long)
         for name in ("lens", "tokens", "nsamp"):
             t = torch.zeros(rows, device=dev, dtype=torch.long)

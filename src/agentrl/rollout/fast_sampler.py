@@ -138,13 +138,23 @@ class FastSampler:
             MLP, residual adds), each shared by every layer; the KV-cache write and the attention ("flex": compiled
             on its own, reading the cache only) stay eager (agentrl.rollout.decode_layer says why). The first calls
             pay the compile.
+        release_kv: give the static KV cache's memory back when a rollout ends (`end_rollout`, which run_episodes
+            calls before the trainer's update) and take it again on the next call, so the update can use it
+            (agentrl.rollout.kv_memory). "vmm": to the device, through CUDA virtual memory management, keeping
+            the addresses, so the CUDA graphs stay valid (the cost: the driver's unmap, map and memset per
+            rollout; the cache is then outside PyTorch's allocator, `kv_mapped_bytes()` says how much is held);
+            "allocator": to PyTorch's caching allocator, where the update reuses it with no driver call, and the
+            graphs are kept when the next call's cache gets the same blocks back, else re-captured
+            (stats["kv_moved"]); True: "vmm" where supported, else "allocator"; False / None (default): kept.
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (KV taken from kept rows), shared_rows (rows that copied a group leader's KV),
     admitted_late (requests prefilled into a slot freed during the call), kept_in_place (contexts that
     extended the KV left in their own slot), cloned_out (kept rows copied out of a slot needed again),
     graph_captures (CUDA graphs captured during the call, one per new (batch bucket, span)), capture_ms (host
-    milliseconds those captures took, warm-up included), decode_steps (decode steps run, each over its bucket's
+    milliseconds those captures took, warm-up included), kv_alloc_ms (milliseconds making, growing or restoring
+    the static cache, synchronized), kv_moved (release_kv "allocator": restores whose blocks came back at other
+    addresses, so the graphs were dropped), decode_steps (decode steps run, each over its bucket's
     rows), decode_row_steps (the sum of those buckets: decode tokens / decode_row_steps is the occupancy),
     host_checks (host syncs of the decode loop) and admissions (prefill calls that admitted requests).
 
@@ -157,7 +167,8 @@ class FastSampler:
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
                  keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
                  bucket_sizes: tuple[int, ...] | None = None, decode_attention: str = "matmul",
-                 compile_decode: bool = False, admit_rows: int | None = None):
+                 compile_decode: bool = False, admit_rows: int | None = None,
+                 release_kv: bool | str | None = None):
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION}, "
                              f"got {decode_attention!r}")
@@ -201,6 +212,13 @@ class FastSampler:
         # (functionalized input mutation), and that step ran at 0.155 / 0.158 of the bandwidth bound at batch
         # 64 / 256 against eager's 0.251 / 0.285 (H200, 2026-12-02). Embedding, final norm, head, sampling and
         # recording stay eager (the captured graph draws its noise through the graph-safe default generator).
+        if release_kv is True:
+            from agentrl.rollout.kv_memory import vmm_supported
+
+            release_kv = "vmm" if vmm_supported(self.device) else "allocator"
+        if release_kv not in (None, False, "vmm", "allocator"):
+            raise ValueError(f"FastSampler: release_kv must be None, a bool, 'vmm' or 'allocator', got {release_kv!r}")
+        self.release_kv: str = release_kv or ""
         self.compile_decode = bool(compile_decode) or decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
         self._layer_fns = layer_fns(self.compile_decode, decode_attention, self.device)
 
@@ -215,7 +233,7 @@ class FastSampler:
         self.stats = dict.fromkeys(("context_tokens", "prefill_tokens", "reused_tokens", "shared_rows",
                                     "admitted_late", "kept_in_place", "cloned_out", "graph_captures",
                                     "capture_ms", "decode_steps", "decode_row_steps", "host_checks",
-                                    "admissions"), 0)
+                                    "admissions", "kv_alloc_ms", "kv_moved"), 0)
         self.store.begin(weights_version(self.model) if self.keep_kv else None)
         out = self._run(contexts, budgets) if contexts else []
         self.store.finish()
@@ -227,8 +245,19 @@ class FastSampler:
 
     def end_rollout(self) -> None:
         """Called by run_episodes when its episodes have ended: the kept entries are dropped (they would be
-        stale after the update anyway); the static cache and CUDA graphs stay for the next rollout."""
+        stale after the update anyway). With release_kv the static cache's memory is given back until the next
+        call, which takes it again (and drops the CUDA graphs if the cache came back at other addresses); without
+        it the cache and graphs stay as they are."""
         self.clear_kv()
+        st = self.state
+        if self.release_kv and st is not None and st.kv_held:
+            with CUDA_CAPTURE_LOCK:  # an unmap or free while another thread captures invalidates its capture
+                st.release_kv()  # the graphs stay: none replays before _ensure restores (and checks) the cache
+
+    def kv_mapped_bytes(self) -> int:
+        """Bytes of static KV cache held outside PyTorch's caching allocator (release_kv with VMM, while held):
+        add them to `torch.cuda.memory_allocated()` / `max_memory_allocated()` for the sampler's true footprint."""
+        return self.state.kv_mapped_bytes() if self.state is not None else 0
 
     # ---------------------------------------------------------------- sampling
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -243,7 +272,25 @@ class FastSampler:
     def _ensure(self, rows: int, length: int, steps: int) -> SlotState:
         """The state with at least these sizes; a larger one keeps the old one's slots (and so its kept KV)."""
         st = self.state
-        if st is None or st.rows < rows or st.length < length or st.steps < steps:
+        grow = st is None or st.rows < rows or st.length < length or st.steps < steps
+        if grow or not st.kv_held:
+            t0 = time.perf_counter()
+            self._make_kv(rows, length, steps, grow)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.stats["kv_alloc_ms"] = self.stats.get("kv_alloc_ms", 0) + int((time.perf_counter() - t0) * 1e3)
+        return self.state
+
+    def _make_kv(self, rows: int, length: int, steps: int, grow: bool) -> None:
+        """_ensure's allocation: restore a released cache, or make / grow the state (graphs dropped)."""
+        st = self.state
+        if not grow:  # released by end_rollout: take the memory again
+            with CUDA_CAPTURE_LOCK:
+                if not st.restore_kv():  # other addresses: the graphs captured over the old ones must go
+                    self.graphs.clear()
+                    self.pool = None
+                    self.stats["kv_moved"] = self.stats.get("kv_moved", 0) + 1
+        else:
             # A graph memory pool lives only as long as some graph captured into it: once the graphs are
             # dropped, capturing into the old handle trips CUDACachingAllocator's use_count assert.
             self.graphs.clear()
@@ -254,12 +301,12 @@ class FastSampler:
                 self.state = None
                 self.state = st.grown(self.arch, rows, length, steps)
             else:
-                self.state = SlotState(self.arch, rows, length, steps, self.dtype, self.device)
+                self.state = SlotState(self.arch, rows, length, steps, self.dtype, self.device,
+                                       releasable=self.release_kv)
             if self.device.type == "cuda":
                 with CUDA_CAPTURE_LOCK:  # a cudaFree while another thread captures invalidates its capture
                     torch.cuda.empty_cache()
             self.rope = rope_tables(self.arch, self.state.length + 1, self.dtype, self.device)
-        return self.state
 
     def _buckets(self, rows: int) -> list[int]:
         """Batch sizes `rows` slots may shrink to (graph mode rounds up to 8 so graphs are reused)."""
