@@ -102,10 +102,11 @@ class ExpertReplaySampler:
         return [Sample(tuple(w), (0.0,) * len(w), hit_token_limit=w[-1] != self.eot) for w in want]
 
 
-RELEASE = {"vmm": "vmm", "allocator": "allocator", "off": False}  # --release-kv -> FastSampler(release_kv=...)
+# --release-kv -> FastSampler(release_kv=...); default: the FastSampler's own (vmm where CUDA has it, else off)
+RELEASE = {"default": None, "vmm": "vmm", "allocator": "allocator", "off": False}
 
 
-def make_real_sampler(kind: str, model, pad_id: int, cfg: SamplingConfig, release_kv: str = "off"):
+def make_real_sampler(kind: str, model, pad_id: int, cfg: SamplingConfig, release_kv: str = "default"):
     if kind == "fast":
         from agentrl.rollout.fast_sampler import FastSampler
 
@@ -165,12 +166,7 @@ def cache_gib(real) -> float:
     """GiB of the FastSampler's static KV cache, held or released (0 for the HF sampler or before the first
     call)."""
     st = getattr(real, "state", None)
-    if st is None:
-        return 0.0
-    n = 1
-    for d in st.kv_shape:
-        n *= d
-    return 2 * len(st.k) * n * torch.empty(0, dtype=st.kv_dtype).element_size() / 2**30 if st.k else 0.0
+    return st.kv_bytes / 2**30 if st is not None else 0.0
 
 
 def kv_outside(real) -> int:
@@ -198,7 +194,7 @@ def _watch_update(sess, real) -> dict:
 
 
 def run_env(args, env_name: str, dtype: str, model_path: str, workdir: Path, table: Table,
-            release: str = "off") -> None:
+            release: str = "default") -> None:
     from agentrl.rl.config import RLConfig
     from agentrl.rl.session import RunSession
     from agentrl.rl.trainer import train_step
@@ -292,7 +288,7 @@ def main() -> int:
     p.add_argument("--sampler", choices=["fast", "hf"], default="fast")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=2, help="train steps per setting (step 0 includes graph capture)")
-    p.add_argument("--release-kv", dest="release_kv", nargs="+", choices=list(RELEASE), default=["off"],
+    p.add_argument("--release-kv", dest="release_kv", nargs="+", choices=list(RELEASE), default=["default"],
                    help="FastSampler release_kv settings, one setting each: give the static KV cache's memory back "
                         "during the update (vmm: to the device, same addresses; allocator: to PyTorch's cache)")
     args = p.parse_args()

@@ -26,8 +26,8 @@
 #             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) (item 5)
 #   step      bench_step.py: 2 coding-tools train steps (8 x 8, fast sampler, KV kept in place, micro 4), time and peak
 #             (item 3), with the static cache's memory given back during the update (release_kv, CUDA VMM) and kept
-#   step_tok  the same step with RLConfig's default update (16,384-token microbatches, checkpointing), KV kept and
-#             released to PyTorch's allocator (item 3)
+#   step_tok  the same step with RLConfig's default update (16,384-token microbatches, checkpointing), with the
+#             sampler's default (release_kv vmm on CUDA) and with the cache kept (item 3)
 #   kv_release   bench_kv_release.py: milliseconds to make, release and restore a 12.25 GiB cache through CUDA VMM
 #             (per tensor and as one buffer) against torch.zeros (reported)
 #   rollout_coder05 / rollout_coder15   Qwen2.5-Coder-0.5B / 1.5B (bench/configs/): decode fraction of the bound at
@@ -146,12 +146,13 @@ else
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)
   part update 110 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive \
     --extra-rows bf16:off:16384 bf16:on:16384 bf16:on:32768
-  # step: the static KV cache given back during the update (release_kv vmm: to the device at the same addresses;
-  # allocator: to PyTorch's cache) and kept (off), then RLConfig's default update (16k-token microbatches)
+  # step: the static KV cache given back during the update (release_kv vmm, the FastSampler's default on CUDA: to the
+  # device at the same addresses; allocator: to PyTorch's cache) and kept (off); step_tok: RLConfig's default update
+  # (16k-token microbatches) with the sampler's default and with the cache kept
   part step 190 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4 \
     --release-kv off vmm allocator
   part step_tok 150 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro-tokens 16384 \
-    --release-kv off allocator
+    --release-kv default off
   # kv_release: the driver's cost of giving the 12.25 GiB cache back and taking it again (release_kv vmm)
   part kv_release 40 bench_kv_release
   part rollout_coder05 30 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \

@@ -94,6 +94,34 @@ def test_sampler_with_release_samples_as_without(policy):
     assert outs[True] == outs[False]
 
 
+def test_release_is_skipped_while_another_thread_holds_the_capture_lock(policy):
+    """The asynchronous learner holds CUDA_CAPTURE_LOCK through its update: end_rollout then keeps the cache
+    rather than stall the rollout thread until the update ends."""
+    import threading
+
+    from agentrl.rollout.fast_sampler import CUDA_CAPTURE_LOCK
+
+    model, tok = policy
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, max_batch=8, release_kv="allocator")
+    fs(contexts(tok)[:2], [3, 3])
+    held, done = threading.Event(), threading.Event()
+
+    def learner():
+        with CUDA_CAPTURE_LOCK:
+            held.set()
+            done.wait(10)
+
+    t = threading.Thread(target=learner)
+    t.start()
+    held.wait(10)
+    fs.end_rollout()  # returns at once, cache kept
+    assert fs.state.kv_held and not fs.store.entries
+    done.set()
+    t.join()
+    fs.end_rollout()
+    assert not fs.state.kv_held
+
+
 def test_release_kv_default_and_bad_values(policy):
     model, tok = policy
     assert FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id).release_kv == ""
@@ -166,6 +194,7 @@ def test_sampler_release_on_cuda_keeps_graphs_and_tokens(policy):
         ctx = contexts(tok)
         budgets = [40, 30, 48, 36, 44]
         outs = {}
+        assert FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id).release_kv == "vmm"  # the default
         for release in (False, "vmm", "allocator"):
             fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, max_batch=8, release_kv=release,
                              min_graph_steps=4)

@@ -140,6 +140,7 @@ class SlotState:
     def __init__(self, arch: Arch, rows: int, length: int, steps: int, dtype, device, *, releasable: str = ""):
         self.rows, self.length, self.steps = rows, length, steps
         self.kv_shape, self.kv_dtype, self.releasable = (rows, arch.n_kv, length, arch.head_dim), dtype, releasable
+        self.n_layers = len(arch.layers)
         self.k, self.v, self.kv_buffers = _kv_slots(len(arch.layers), self.kv_shape, dtype, device, releasable)
         self.kv_ptrs: list[int] = []  # the slots' addresses when released from a plain buffer
         z = dict(device=device, dtype=torch.long)
@@ -154,8 +155,11 @@ class SlotState:
 
     @property
     def kv_bytes(self) -> int:
-        """Bytes of the K and V slots of every layer (0 while released with a plain buffer)."""
-        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+        """Bytes of the K and V slots of every layer, held or released."""
+        n = 2 * self.n_layers * torch.empty(0, dtype=self.kv_dtype).element_size()
+        for d in self.kv_shape:
+            n *= d
+        return n
 
     @property
     def kv_held(self) -> bool:
@@ -216,7 +220,7 @@ class SlotState:
         new.rows, new.length, new.steps = rows, length, steps
         new.kv_shape, new.kv_dtype, new.releasable = (rows, arch.n_kv, length, arch.head_dim), self.kv_dtype, \
             self.releasable
-        new.kv_ptrs = []
+        new.kv_ptrs, new.n_layers = [], len(arch.layers)
         dev = self.lens.device
         held, n = self.kv_held and bool(self.k), len(arch.layers)
         if not held:  # released: nothing to keep; new zeroed slots

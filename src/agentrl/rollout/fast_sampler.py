@@ -145,7 +145,11 @@ class FastSampler:
             rollout; the cache is then outside PyTorch's allocator, `kv_mapped_bytes()` says how much is held);
             "allocator": to PyTorch's caching allocator, where the update reuses it with no driver call, and the
             graphs are kept when the next call's cache gets the same blocks back, else re-captured
-            (stats["kv_moved"]); True: "vmm" where supported, else "allocator"; False / None (default): kept.
+            (stats["kv_moved"]); True: "vmm" where supported, else "allocator"; False: kept; None (default): "vmm"
+            where supported, else kept. On the H200 (Qwen3-0.6B config, coding-tools step 8 x 8, bf16, 16k-token
+            update, results/bench/issue26_h200_2026-12-03c) "vmm" took 12.25 GiB back in ~10 ms a step (steps
+            6.17 s, peak 18.2 GB, against 6.05 s and 22.0 GB kept), while "allocator" got other blocks back at
+            every step after the first and re-captured its graphs (steps 6.95 s).
 
     After each call, `stats` holds context_tokens, prefill_tokens (tokens run through the model),
     reused_tokens (KV taken from kept rows), shared_rows (rows that copied a group leader's KV),
@@ -212,10 +216,10 @@ class FastSampler:
         # (functionalized input mutation), and that step ran at 0.155 / 0.158 of the bandwidth bound at batch
         # 64 / 256 against eager's 0.251 / 0.285 (H200, 2026-12-02). Embedding, final norm, head, sampling and
         # recording stay eager (the captured graph draws its noise through the graph-safe default generator).
-        if release_kv is True:
+        if release_kv is None or release_kv is True:
             from agentrl.rollout.kv_memory import vmm_supported
 
-            release_kv = "vmm" if vmm_supported(self.device) else "allocator"
+            release_kv = "vmm" if vmm_supported(self.device) else ("allocator" if release_kv else False)
         if release_kv not in (None, False, "vmm", "allocator"):
             raise ValueError(f"FastSampler: release_kv must be None, a bool, 'vmm' or 'allocator', got {release_kv!r}")
         self.release_kv: str = release_kv or ""
@@ -246,13 +250,21 @@ class FastSampler:
     def end_rollout(self) -> None:
         """Called by run_episodes when its episodes have ended: the kept entries are dropped (they would be
         stale after the update anyway). With release_kv the static cache's memory is given back until the next
-        call, which takes it again (and drops the CUDA graphs if the cache came back at other addresses); without
-        it the cache and graphs stay as they are."""
+        call, which takes it again (and drops the CUDA graphs if the cache came back at other addresses), unless
+        another thread holds CUDA_CAPTURE_LOCK (an asynchronous update); without it the cache and graphs stay."""
         self.clear_kv()
         st = self.state
         if self.release_kv and st is not None and st.kv_held:
-            with CUDA_CAPTURE_LOCK:  # an unmap or free while another thread captures invalidates its capture
+            # An unmap or free while another thread captures invalidates its capture, so the lock; when another
+            # thread holds it (the asynchronous learner's update, agentrl.rl.trainer) the cache is kept: waiting
+            # would stall this rollout thread until that update ends, and the update running now could not use
+            # the memory anyway.
+            if not CUDA_CAPTURE_LOCK.acquire(blocking=False):
+                return
+            try:
                 st.release_kv()  # the graphs stay: none replays before _ensure restores (and checks) the cache
+            finally:
+                CUDA_CAPTURE_LOCK.release()
 
     def kv_mapped_bytes(self) -> int:
         """Bytes of static KV cache held outside PyTorch's caching allocator (release_kv with VMM, while held):
