@@ -239,7 +239,8 @@ def main() -> int:
     p.add_argument("--segment", type=int, default=64, help="tokens per policy turn and per tool response")
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--minibatches", type=int, default=2)
-    p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=1024)
+    p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=RLConfig().update.logprob_chunk_rows,
+                   help="policy positions per LM-head chunk (default: RLConfig's)")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], type=dtype_arg)
     p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])

@@ -83,7 +83,7 @@ def policy_logprobs(
     attention_mask: torch.Tensor,
     policy_mask: torch.Tensor,
     *,
-    chunk_rows: int = 1024,
+    chunk_rows: int = 256,
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
