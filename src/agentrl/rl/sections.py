@@ -172,8 +172,8 @@ class UpdateSection:
     compile_layers: bool = flag_field(False, "torch.compile each decoder layer's forward for the update "
                               "(agentrl.rl.update.compile_decoder_layers; the first update pays the compile, ~20 s "
                               "on an H200). Needs a sampler that does not run the layers' forward (--sampler fast). "
-                              "H200, Qwen3-0.6B bf16 with --micro-tokens 32768: 95-101k tokens/s, 3x the "
-                              "full-logits update (bench/README.md).")
+                              "H200, Qwen3-0.6B bf16 with the default microbatches and checkpointing: 69k tokens/s, "
+                              "1.8x the eager update, paying for its compile after ~40 updates (bench/README.md).")
     gradient_checkpointing: bool = flag_field(True, "Recompute trunk activations in backward (saves memory, costs time; "
                                              "on by default as in TRL's GRPOConfig: with --micro-tokens it lets "
                                              "microbatches be large; a model that cannot checkpoint trains "

@@ -4,16 +4,19 @@ at the same virtual address, so the CUDA graphs captured over it stay valid.
 Why. The FastSampler's static cache (rows x the longest context x layers x K and V) is the largest thing a
 coding-tools step holds besides the weights: 12.2 GiB of the 15.8 GiB allocated when a Qwen3-0.6B update starts
 (8 x 8 episodes, bf16, H200, results/bench/issue26_h200_2026-12-03/step.txt), and it was kept through the update
-because freeing it would free the addresses the decode graphs were captured over (re-capturing every graph after
-every update costs about as much as the first step's captures). The update does not read it: the kept KV is
-dropped when the weights change.
+because freeing it would free the addresses the decode graphs were captured over. The update does not read it:
+the kept KV is dropped when the weights change. Freed to PyTorch's allocator instead, the cache came back at other
+addresses at every step after the first, and re-capturing its graphs made the step 0.8 s slower (mode "allocator";
+H200, results/bench/issue26_h200_2026-12-03c).
 
 How. CUDA's virtual memory management (the driver's cuMemAddressReserve / cuMemCreate / cuMemMap /
 cuMemSetAccess / cuMemUnmap; the mechanism behind vLLM's sleep mode and PyTorch's expandable segments): the
 buffer reserves a virtual address range once, and `release()` unmaps and frees its physical memory while keeping
 the range; `restore()` maps new physical memory at the same addresses (and zeroes it, as the cache was made).
 Kernels and graphs see the same pointers throughout. The driver is called through ctypes (libcuda.so.1, which
-every CUDA process has loaded), so nothing is compiled.
+every CUDA process has loaded), so nothing is compiled. On the H200 a 12.25 GiB cache (56 tensors) is released in
+10 ms and restored (mapped and zeroed) in 10 ms; with it released, the coding-tools step's peak fell from 22.0 to
+18.2 GB (bench/bench_kv_release.py, bench/bench_step.py --release-kv).
 
 The memory is outside PyTorch's caching allocator: `torch.cuda.memory_allocated()` does not count it, so a
 measurement of peak memory must add `mapped_bytes` (bench/bench_step.py does).
