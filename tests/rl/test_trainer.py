@@ -189,9 +189,10 @@ def test_readme_main_job_defaults_write_a_valid_results_file(tmp_path, monkeypat
     assert {t["function"]["name"] for t in data["tool_schemas"]} == {"read_file", "edit", "run_tests", "submit"}
     assert data["config"]["model"] == "demo-qwen3" and ws["nll_after"] < 0.1  # the format is learned (0.03)
     assert before["end_reasons"].get("submitted", 0) >= 0.75 * cfg.eval.size * cfg.eval.n  # nearly all submit
-    # it learns: at seeds 0, 1 and 2 the paired difference was +0.490, +0.458, +0.344 on the 2-core AMD EPYC
-    # machine and +0.146, +0.583, +0.208 on an earlier one, each interval above 0 (results/README.md). The figures
-    # move with floating-point details (the CPU; two torch threads gave seed 0 +0.479), so what is asserted is the
+    # it learns: at seeds 0, 1 and 2 the paired difference was +0.510, +0.479, +0.229 on the 2-core AMD EPYC
+    # machine (+0.490, +0.458, +0.344 with 1024-row LM-head chunks) and +0.146, +0.583, +0.208 on an earlier one,
+    # each interval above 0 (results/README.md). The figures move with floating-point details (the CPU, the
+    # chunk size; two torch threads gave seed 0 +0.479), so what is asserted is the
     # part that holds with a margin: a clear rise of the paired mean and of pass@1.
     paired = data["paired"][0]["diff"]
     assert paired["mean"] > 0.05 and after["pass_at_1"]["mean"] > before["pass_at_1"]["mean"] + 0.05

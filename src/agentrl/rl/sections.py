@@ -35,8 +35,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "micro": 8, "gen_batch": 32, "eval_size": 24, "eval_n": 4, "cpu_threads": 1,
     },
 }
-# "quick": the demo with 10 GRPO steps instead of 20, a newcomer's first run: 99-122 s each at seeds 0-2 on the
-# 2-core machine, paired +0.354, +0.333, +0.302, every interval above 0 (results/README.md; the figures vary by CPU).
+# "quick": the demo with 10 GRPO steps instead of 20, a newcomer's first run: 78-89 s each at seeds 0-2 on the
+# 2-core machine, paired +0.240, +0.458, +0.302, every interval above 0 (results/README.md; the figures vary by CPU).
 PRESETS["quick"] = {**PRESETS["demo"], "steps": 10}
 
 
