@@ -213,3 +213,37 @@ def test_sampler_release_on_cuda_keeps_graphs_and_tokens(policy):
         assert outs["vmm"] == outs[False] and outs["allocator"] == outs[False]
     finally:
         model.to("cpu")
+
+
+def test_restore_retries_once_after_emptying_the_cache(policy, monkeypatch):
+    """A restore that meets a full device (the allocator still caching the update's memory) empties PyTorch's
+    cache and tries once more; a second failure is raised. The driver error is injected: no CPU can run out of
+    device memory."""
+    from agentrl.rollout.kv_memory import CudaDriverError
+
+    model, tok = policy
+    fs = FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, max_batch=8, release_kv="allocator")
+    fs(contexts(tok)[:2], [3, 3])
+    fs.end_rollout()
+    st = fs.state
+    real = st.restore_kv
+    fails = {"n": 1}
+    emptied = []
+
+    def flaky():
+        if fails["n"]:
+            fails["n"] -= 1
+            raise CudaDriverError("cuMemCreate failed: CUDA driver error 2 (out of memory)")
+        return real()
+
+    monkeypatch.setattr(st, "restore_kv", flaky)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    monkeypatch.setattr(fs, "device", torch.device("cuda"))  # the retry is the CUDA path's
+    assert fs._restore(st) in (True, False) and emptied == [1] and st.kv_held
+    fs.device = torch.device("cpu")
+    fs(contexts(tok)[:2], [3, 3])
+    fs.end_rollout()
+    fails["n"] = 2
+    monkeypatch.setattr(fs, "device", torch.device("cuda"))
+    with pytest.raises(CudaDriverError):
+        fs._restore(fs.state)

@@ -298,7 +298,7 @@ class FastSampler:
         st = self.state
         if not grow:  # released by end_rollout: take the memory again
             with CUDA_CAPTURE_LOCK:
-                if not st.restore_kv():  # other addresses: the graphs captured over the old ones must go
+                if not self._restore(st):  # other addresses: the graphs captured over the old ones must go
                     self.graphs.clear()
                     self.pool = None
                     self.stats["kv_moved"] = self.stats.get("kv_moved", 0) + 1
@@ -319,6 +319,21 @@ class FastSampler:
                 with CUDA_CAPTURE_LOCK:  # a cudaFree while another thread captures invalidates its capture
                     torch.cuda.empty_cache()
             self.rope = rope_tables(self.arch, self.state.length + 1, self.dtype, self.device)
+
+    def _restore(self, st: SlotState) -> bool:
+        """st.restore_kv(); when the driver is out of memory (PyTorch's allocator still caches what the update
+        freed), the allocator's cache is emptied and the restore tried once more. Returns restore_kv's answer;
+        raises its CudaDriverError when the second try fails too."""
+        from agentrl.rollout.kv_memory import CudaDriverError
+
+        try:
+            return st.restore_kv()
+        except CudaDriverError as e:
+            if self.device.type != "cuda":
+                raise
+            log.warning("FastSampler: restoring the KV cache failed (%s); emptying PyTorch's cache and retrying", e)
+            torch.cuda.empty_cache()
+            return st.restore_kv()
 
     def _buckets(self, rows: int) -> list[int]:
         """Batch sizes `rows` slots may shrink to (graph mode rounds up to 8 so graphs are reused)."""
