@@ -19,7 +19,11 @@
 #             layer and step, 0.155 / 0.158 of the bound against eager's 0.251 / 0.285, H200 2026-12-02)
 #   rollout_flex   the same rows with decode_attention flex (FlexAttention's split-KV decoding kernel, compiled on its
 #             own over the read-only cache, between the same compiled regions; 0.159 / 0.115 with the write inside)
+#   rollout_triton   rollout's rows (64 / 256, plain generate at 128) with decode_attention triton
+#             (agentrl.rollout.triton_decode: a split-KV kernel, GQA packed, reading only each row's written keys)
+#   rollout_triton_compiled   the same at 64 / 256 with the layers compiled around it (compile_decode)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
+#   logprob_triton   the same check with decode_attention triton (fp32 in IEEE, no TF32)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
 #   update    bench_update.py: 4-row microbatches (the old default) vs full logits, bf16, checkpointing off and on,
@@ -99,6 +103,7 @@ part() {  # part NAME LIMIT_S SCRIPT ARGS...: bench/SCRIPT.py, its table as $ROO
 }
 if [ -n "${SMOKE:-}" ]; then
   DEVICE_ARGS=(--device cpu --tiny)
+  export TRITON_INTERPRET=1  # the Triton kernels' only way to run on the CPU (chosen before triton's first import)
   ROLL=(--batches 3 5 --ctx 40 --steps 6 --repeats 1)
   part rollout 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --decode-attention "${ATT[@]}"
   part profile 300 bench_rollout "${QWEN3[@]}" --batches 3 --ctx 40 --steps 6 --repeats 1 --skip-hf --no-check \
@@ -106,6 +111,11 @@ if [ -n "${SMOKE:-}" ]; then
   part rollout_compiled 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --compile-decode \
     --decode-attention "${ATT[0]}"
   part rollout_flex 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention flex
+  # the Triton kernel in the interpreter (~30 s); its log-prob check takes minutes there, and the CPU tests check
+  # the same agreement (tests/rollout/test_fast_sampler_attention.py), so logprob_triton is left to the GPU run
+  if "$PY" -c "import triton" 2>/dev/null; then
+    part rollout_triton 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --no-check --decode-attention triton
+  fi
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
@@ -141,6 +151,13 @@ else
   part rollout_flex 120 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --decode-attention flex
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
+  # the Triton split-KV kernel (not yet run on a GPU when written, 2026-12-03): its rows, compiled layers around it,
+  # and its fp32 log-prob check (estimates: as rollout, rollout_compiled and logprob)
+  part rollout_triton 110 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
+    --decode-attention triton
+  part rollout_triton_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 \
+    --repeats 1 --compile-decode --decode-attention triton
+  part logprob_triton 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention triton
   part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)

@@ -21,6 +21,10 @@ lengths live in the mask tensor) and equal up to float rounding (tests/rollout/t
   agentrl.rollout.decode_layer) whenever this form is chosen. The H200 profile
   (bench/README.md) measured cuDNN's flash forward, which the "sdpa" form reaches, at about 60% of the bandwidth
   on this shape.
+- "triton": agentrl.rollout.triton_decode's split-KV kernel (flash-decoding, GQA packed), which takes each row's
+  key range [start, end) instead of a mask and reads only those keys: a row's cost is its own length, not the
+  span's. Needs the `triton` package; on the CPU it runs in Triton's interpreter (for tests; slow). The key mask
+  must be one contiguous run of columns per row (FastSampler's are prefixes).
 """
 
 from __future__ import annotations
@@ -28,14 +32,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa", "flex")  # the forms; the first is FastSampler's default
+DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa", "flex", "triton")  # the forms; the first is FastSampler's default
 COMPILED_ONLY = ("flex",)  # forms that run fused only inside torch.compile (FastSampler then compiles `attend`)
 
 
 def key_mask(valid: torch.Tensor, form: str, dtype: torch.dtype) -> torch.Tensor:
     """valid [b, L] bool (True: a written key of the row; every row needs at least one) -> the mask `attend`
-    takes: `valid` itself for "matmul" and "flex", else an additive [b, 1, 1, L] mask of `dtype` (0 where valid,
+    takes: `valid` itself for "matmul" and "flex", [b, 2] int32 key ranges for "triton" (triton_decode.key_ranges;
+    each row's True columns must be contiguous), else an additive [b, 1, 1, L] mask of `dtype` (0 where valid,
     -inf elsewhere), built once per step and shared by every layer."""
+    if form == "triton":
+        from agentrl.rollout.triton_decode import key_ranges
+
+        return key_ranges(valid)
     if form in ("matmul", "flex"):
         return valid
     bias = torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill_(~valid, float("-inf"))
@@ -54,6 +63,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     nkv = k.shape[1]
     if form == "flex":
         return _flex(q, k, v, mask, scale).reshape(b, 1, nh * d)
+    if form == "triton":
+        from agentrl.rollout.triton_decode import decode_attend
+
+        return decode_attend(q, k, v, mask, scale)
     if form == "sdpa_gqa":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True).reshape(
             b, 1, nh * d)

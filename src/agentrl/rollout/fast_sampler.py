@@ -25,7 +25,7 @@ place) and the next call's context that extends it token for token (the episode'
 that slot from where the kept KV ends; only when a slot must be reused within a call (more requests than slots) is a kept row's KV
 cloned out first.
 
-Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa", "flex"): see
+Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa", "flex", "triton"): see
 agentrl.rollout.decode_attention; prefill is the same for all. Each layer's decode step is
 agentrl.rollout.decode_layer's: with compile_decode, its parts before and after attention are compiled, while the
 KV-cache write and the attention stay eager ("flex" attention compiled on its own).
@@ -130,9 +130,11 @@ class FastSampler:
         kv_store_tokens: cap on tokens kept by keep_kv (default: the static cache's rows x columns).
         bucket_sizes: the batch sizes live rows may be compacted into (each its own CUDA graph per span;
             default DEFAULT_BUCKETS, powers of two from 8).
-        decode_attention: "matmul" (default), "sdpa", "sdpa_gqa" or "flex": how a decode step attends over the
-            static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to
-            rounding. "flex" implies compile_decode (FlexAttention is fused only under torch.compile).
+        decode_attention: "matmul" (default), "sdpa", "sdpa_gqa", "flex" or "triton": how a decode step attends
+            over the static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to
+            rounding. "flex" implies compile_decode (FlexAttention is fused only under torch.compile); "triton"
+            (a split-KV kernel reading only each row's keys) needs the triton package and CUDA (or Triton's
+            interpreter), else ValueError.
         compile_decode: each decoder layer's step around its attention through torch.compile: one compiled
             function for the part before attention (norm, projections, RoPE) and one for the part after (o_proj,
             MLP, residual adds), each shared by every layer; the KV-cache write and the attention ("flex": compiled
@@ -187,6 +189,13 @@ class FastSampler:
         self.model, self.cfg, self.pad_id = model, cfg, int(pad_id)
         self.arch = arch_of(model)
         self.device = next(model.parameters()).device
+        if decode_attention == "triton":  # a clear ValueError now rather than a failed first rollout
+            from agentrl.rollout.triton_decode import check_device
+
+            try:
+                check_device(self.device)
+            except ValueError as e:
+                raise ValueError(f"FastSampler: decode_attention: {e}") from None
         self.dtype = next(model.parameters()).dtype
         self.stop = torch.tensor(sorted(set(int(s) for s in stop_ids)), dtype=torch.long, device=self.device)
         self._stops = set(self.stop.tolist())

@@ -1,0 +1,128 @@
+"""The Triton split-KV decode attention (agentrl.rollout.triton_decode), compiled on a CUDA host and in Triton's
+interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET=1 there): against
+a hand-written reference on ragged GQA key ranges (prefixes and left-padded runs, a row of one key), for one and
+several splits (splits past a row's end do nothing), head sizes that are not powers of two, fp32 and bf16, and
+as FastSampler's "triton" decode attention (same tokens and log-probs as "matmul", and as a plain forward)."""
+
+import pytest
+import torch
+
+from agentrl.rollout import triton_decode
+from agentrl.rollout.decode_attention import attend, key_mask
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _runnable() -> str:
+    try:
+        triton_decode.check_device(torch.device(DEVICE))
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_runnable()), reason=_runnable())
+
+
+def reference(q, k, v, valid, scale):
+    """softmax(q k^T * scale) v per query head j over KV head j // g, only the row's valid keys; fp32 maths."""
+    nh, nkv = q.shape[1], k.shape[1]
+    kr = k.float().repeat_interleave(nh // nkv, 1)
+    vr = v.float().repeat_interleave(nh // nkv, 1)
+    s = (q.float() @ kr.transpose(-1, -2)) * scale
+    p = s.masked_fill(~valid[:, None, None], float("-inf")).softmax(-1)
+    return (p @ vr).reshape(q.shape[0], 1, -1)
+
+
+def ragged(b, nh, nkv, d, length, starts, ends, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, nh, 1, d, generator=g).to(DEVICE, dtype)
+    k = torch.randn(b, nkv, length, d, generator=g).to(DEVICE, dtype)
+    v = torch.randn(b, nkv, length, d, generator=g).to(DEVICE, dtype)
+    cols = torch.arange(length, device=DEVICE)
+    lo, hi = torch.tensor(starts, device=DEVICE), torch.tensor(ends, device=DEVICE)
+    valid = (cols[None] >= lo[:, None]) & (cols[None] < hi[:, None])
+    return q, k, v, valid
+
+
+def test_key_ranges_are_each_rows_first_and_past_last_valid_column():
+    _, _, _, valid = ragged(4, 2, 1, 16, 50, [0, 7, 49, 3], [50, 20, 50, 4])
+    assert triton_decode.key_ranges(valid).tolist() == [[0, 50], [7, 20], [49, 50], [3, 4]]
+    assert triton_decode.key_ranges(valid).dtype == torch.int32
+
+
+@pytest.mark.parametrize("splits", [1, 3, 8])
+@pytest.mark.parametrize("shape", [(4, 2, 16), (6, 3, 24), (7, 1, 64)])  # (heads, kv heads, head dim)
+def test_decode_attend_equals_the_reference_on_ragged_ranges(splits, shape):
+    """fp32: within 1e-5 of the reference for every split count (8 splits of 64-key chunks over 200 columns:
+    most rows' later splits are past their end and must weigh nothing)."""
+    nh, nkv, d = shape
+    starts, ends = [0, 0, 5, 199, 60, 0], [200, 1, 130, 200, 61, 64]
+    q, k, v, valid = ragged(6, nh, nkv, d, 200, starts, ends)
+    out = triton_decode.decode_attend(q, k, v, triton_decode.key_ranges(valid), d ** -0.5, splits=splits)
+    assert out.shape == (6, 1, nh * d) and out.dtype == torch.float32
+    assert (out - reference(q, k, v, valid, d ** -0.5)).abs().max().item() < 1e-5
+
+
+def test_decode_attend_reads_a_strided_cache_view_and_bf16():
+    """A [:b, :, :span] view of a bigger cache (FastSampler's slices) and bf16: within bf16 rounding of the fp32
+    reference on the same bf16 inputs (the probabilities are rounded to bf16 before P V, as "matmul" does)."""
+    q, k_full, v_full, _ = ragged(5, 4, 2, 32, 300, [0] * 5, [1] * 5, dtype=torch.bfloat16, seed=1)
+    k, v, q = k_full[:3, :, :150], v_full[:3, :, :150], q[:3]
+    valid = torch.arange(150, device=DEVICE)[None] < torch.tensor([150, 77, 9], device=DEVICE)[:, None]
+    out = triton_decode.decode_attend(q, k, v, triton_decode.key_ranges(valid), 32 ** -0.5, splits=2)
+    ref = reference(q, k, v, valid, 32 ** -0.5)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - ref).abs().max().item() < 2e-2
+    mm = attend(q, k, v, key_mask(valid, "matmul", q.dtype), "matmul", 32 ** -0.5)
+    assert (out.float() - mm.float()).abs().max().item() < 2e-2
+
+
+def test_attend_triton_form_equals_matmul():
+    q, k, v, valid = ragged(3, 4, 2, 16, 40, [0, 3, 10], [40, 20, 11], seed=2)
+    ranges = key_mask(valid, "triton", q.dtype)
+    assert ranges.tolist() == [[0, 40], [3, 20], [10, 11]]
+    got = attend(q, k, v, ranges, "triton", 0.25)
+    ref = attend(q, k, v, key_mask(valid, "matmul", q.dtype), "matmul", 0.25)
+    assert (got - ref).abs().max().item() < 1e-5
+
+
+def test_decode_attend_rejects_what_it_cannot_compute():
+    q, k, v, valid = ragged(2, 4, 2, 16, 20, [0, 0], [20, 5])
+    r = triton_decode.key_ranges(valid)
+    with pytest.raises(ValueError, match="GQA"):
+        triton_decode.decode_attend(q[:, :3], k, v, r, 0.25)  # 3 heads over 2 KV heads
+    with pytest.raises(ValueError, match="dtypes"):
+        triton_decode.decode_attend(q, k.double(), v, r, 0.25)
+    with pytest.raises(ValueError, match="dtypes"):
+        triton_decode.decode_attend(q, k, v, r.long(), 0.25)
+    with pytest.raises(ValueError, match="contiguous"):
+        triton_decode.decode_attend(q, k.transpose(2, 3).contiguous().transpose(2, 3), v, r, 0.25)
+
+
+def test_default_splits_on_the_cpu_is_one():
+    assert triton_decode.default_splits(64, 8, 1024, torch.device("cpu")) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA: the split count follows the SM count")
+def test_default_splits_fill_the_gpu_without_chunks_under_a_tile():
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    for b, span in [(1, 4096), (8, 1024), (64, 1152), (256, 1152), (8, 64)]:
+        s = triton_decode.default_splits(b, 8, span, dev)
+        assert 1 <= s <= 64 and s <= -(-span // triton_decode.BLOCK_N)
+        assert b * 8 * s >= min(4 * sms, b * 8 * min(64, -(-span // triton_decode.BLOCK_N)))
+
+
+def test_fast_sampler_refuses_triton_where_it_cannot_run(monkeypatch):
+    """Off CUDA and outside the interpreter, FastSampler says so when built, not at its first rollout."""
+    from agentrl.models.load import load_policy
+    from agentrl.rollout.fast_sampler import FastSampler
+
+    model, tok = load_policy("tiny-qwen3", "fp32")
+    monkeypatch.setattr(triton_decode, "interpreted", lambda: False)
+    with pytest.raises(ValueError, match="decode_attention.*runs on CUDA"):
+        FastSampler(model, stop_ids=(0,), pad_id=tok.pad_token_id, decode_attention="triton")
+    monkeypatch.setattr(triton_decode, "triton", None)
+    with pytest.raises(ValueError, match="needs the triton package"):
+        triton_decode.check_device(torch.device("cuda"))
