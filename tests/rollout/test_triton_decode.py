@@ -87,6 +87,14 @@ def test_attend_triton_form_equals_matmul():
     assert (got - ref).abs().max().item() < 1e-5
 
 
+def test_ranges_outside_the_cache_are_clipped_not_read():
+    """A caller's range past the cache's columns reads only the cache (equal to the clipped range's result)."""
+    q, k, v, valid = ragged(2, 4, 2, 16, 20, [0, 4], [20, 20], seed=3)
+    wide = torch.tensor([[-5, 900], [4, 21]], dtype=torch.int32, device=DEVICE)
+    got = triton_decode.decode_attend(q, k, v, wide, 0.25, splits=2)
+    assert (got - reference(q, k, v, valid, 0.25)).abs().max().item() < 1e-5
+
+
 def test_decode_attend_rejects_what_it_cannot_compute():
     q, k, v, valid = ragged(2, 4, 2, 16, 20, [0, 0], [20, 5])
     r = triton_decode.key_ranges(valid)

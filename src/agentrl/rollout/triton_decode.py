@@ -54,16 +54,16 @@ def _pow2(n: int, floor: int = 1) -> int:
 
 def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
                   s_qb, s_qh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
-                 s_ob, s_oh, s_os, s_lb, s_lh,
-                 n_kv, chunk, qk_scale,
-                 G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                 BLOCK: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr):
+                  s_ob, s_oh, s_os, s_lb, s_lh,
+                  n_kv, chunk, length, qk_scale,
+                  G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                  BLOCK: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     row = pid // n_kv
     kvh = pid % n_kv
-    start = tl.load(RANGE + 2 * row)
-    end = tl.load(RANGE + 2 * row + 1)
+    start = tl.maximum(tl.load(RANGE + 2 * row), 0)  # clipped to the cache: a bad range reads nothing outside it
+    end = tl.minimum(tl.load(RANGE + 2 * row + 1), length)
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, end)
     offs_g = tl.arange(0, G_PAD)
@@ -114,7 +114,7 @@ def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
 
 
 def _combine_kernel(O_PART, LSE_PART, OUT, s_ob, s_oh, s_os, s_lb, s_lh, s_outb, n_heads,
-                   SPLITS: tl.constexpr, S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
+                    SPLITS: tl.constexpr, S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
     pid = tl.program_id(0)
     row = pid // n_heads
     head = pid % n_heads
@@ -190,6 +190,8 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
     """q [b, nh, 1, D], k/v [b, nkv, L, D] (last dimension contiguous; nh a multiple of nkv), ranges [b, 2] int32
     (`key_ranges`) -> [b, 1, nh * D] of q's dtype, query head j reading KV head j // (nh / nkv) over its row's
     columns [start, end) with softmax scale `scale`: softmax(q k^T * scale) v, as decode_attention.attend.
+    A range reaching outside [0, L) is clipped to it (never read past the cache); an empty one gives NaN, as a
+    softmax over no keys does in the other forms.
 
     `splits` (default `default_splits`) cuts the key axis into that many chunks, each a program per (row, KV
     head), merged by log-sum-exp. CUDA tensors run the compiled kernels, CPU tensors Triton's interpreter.
@@ -221,7 +223,7 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
         q, k, v, ranges, o_part, lse_part,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
-        nkv, chunk, scale * math.log2(math.e),
+        nkv, chunk, length, scale * math.log2(math.e),
         G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=BLOCK_N, IEEE=q.dtype == torch.float32,
         DOT_F32=q.dtype != torch.float32 and interpreted())  # the interpreter's bf16/fp16 tl.dot is wrong (3.9)
     _combine_kernel[(b * nh,)](
