@@ -134,3 +134,30 @@ def test_fast_sampler_refuses_triton_where_it_cannot_run(monkeypatch):
     monkeypatch.setattr(triton_decode, "triton", None)
     with pytest.raises(ValueError, match="needs the triton package"):
         triton_decode.check_device(torch.device("cuda"))
+
+
+@pytest.mark.skipif(not triton_decode.available(), reason="triton is not installed")
+def test_kernels_build_for_the_h200_pipelined_and_on_tensor_cores(tmp_path):
+    """bench/triton_decode_aot.py compiles both kernels for sm_90 here (Triton's ptxas, no GPU): every model
+    configuration builds, fits the 227 KiB of shared memory a block may have, pipelines its K/V loads (cp.async) in
+    16-byte vectors, and multiplies bf16 on tensor cores (mma); so a kernel that would not build on the GPU, or that
+    lost its pipelining, fails here first."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": str(root / "src"), "TRITON_DEFAULT_FP_FUSION": "1"}
+    out = subprocess.run([sys.executable, str(root / "bench" / "triton_decode_aot.py"), "--arch", "90", "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout)
+    assert {(r["dtype"], r["g"], r["d"]) for r in rows} == {("bf16", 2, 128), ("bf16", 7, 64), ("bf16", 6, 128),
+                                                             ("fp32", 2, 128)}
+    for r in rows:
+        assert r["combine_ok"] and 0 < r["shared"] <= 227 * 1024, r
+        assert r["cp_async"] > 0 and r["ld_v4"] > 0, r
+        assert (r["mma"] > 0) == (r["dtype"] == "bf16"), r  # fp32 runs IEEE on the FMA units, by design
