@@ -22,6 +22,9 @@
 #   rollout_triton   rollout's rows (64 / 256, plain generate at 128) with decode_attention triton
 #             (agentrl.rollout.triton_decode: a split-KV kernel, GQA packed, reading only each row's written keys)
 #   rollout_triton_compiled   the same at 64 / 256 with the layers compiled around it (compile_decode)
+#   attention   bench_decode_attention.py: one decode step's attention alone (28 layers' caches, one CUDA graph) per
+#             form and Triton tile at 64 / 256, as a fraction of reading the live KV once; attention_ragged: row
+#             lengths uniform in [128, 1024] (reported; picks the Triton tile)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   logprob_triton   the same check with decode_attention triton (fp32 in IEEE, no TF32)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
@@ -75,7 +78,7 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 # fail in seconds, not after minutes, when the image lacks something the benchmarks import
 if ! "$PY" -c 'import sys; sys.path.insert(0, "bench")
-import torch, transformers, bench_rollout, bench_ragged, bench_update, bench_reuse, bench_step, bench_kv_release, issue26_summary
+import torch, transformers, bench_rollout, bench_ragged, bench_update, bench_reuse, bench_step, bench_kv_release, bench_decode_attention, issue26_summary
 print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available(),
       torch.cuda.get_device_name() if torch.cuda.is_available() else "")' 2>&1 | tee -a "$LOG"; then
   echo "the benchmarks cannot be imported (above); carry the missing wheels and pass WHEELS=DIR"; exit 2
@@ -115,6 +118,8 @@ if [ -n "${SMOKE:-}" ]; then
   # the same agreement (tests/rollout/test_fast_sampler_attention.py), so logprob_triton is left to the GPU run
   if "$PY" -c "import triton" 2>/dev/null; then
     part rollout_triton 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --no-check --decode-attention triton
+    part attention 300 bench_decode_attention --batches 3 --ctx 40 --steps 8 --layers 2 --iters 2 \
+      --forms matmul sdpa triton --tiles 64:3:4 32:2:4
   fi
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
@@ -151,6 +156,11 @@ else
   part rollout_flex 120 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --decode-attention flex
   part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
+  # the attention alone, every form and four Triton tiles (flex compiles: ~30 s); then ragged rows
+  part attention 90 bench_decode_attention --batches 64 256 --forms matmul sdpa flex triton \
+    --tiles 64:3:4 64:2:4 128:2:8 32:4:4
+  part attention_ragged 60 bench_decode_attention --batches 64 256 --ragged --forms sdpa triton \
+    --tiles 64:3:4 64:2:4 128:2:8 32:4:4
   # the Triton split-KV kernel (not yet run on a GPU when written, 2026-12-03): its rows, compiled layers around it,
   # and its fp32 log-prob check (estimates: as rollout, rollout_compiled and logprob)
   part rollout_triton 110 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \

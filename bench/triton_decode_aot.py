@@ -7,7 +7,7 @@ block, whether its K/V loads are software-pipelined (`cp.async` copies, Triton's
 and pointers get the 16-byte divisibility that Triton's JIT infers at a real launch for FastSampler's cache (head
 size 64 / 128, span a multiple of 128, torch's aligned allocations), so this is the code a launch compiles.
 
-    TRITON_INTERPRET=0 PYTHONPATH=src python bench/triton_decode_aot.py [--arch 90 80] [--json]
+    TRITON_INTERPRET=0 PYTHONPATH=src python bench/triton_decode_aot.py [--arch 90 80] [--tiles 64:3:4 128:2:8] [--json]
 
 Not a speed figure (bench_rollout.py --decode-attention triton on the GPU is); tests/rollout/test_triton_decode.py
 runs it so that a kernel that would not build on the GPU fails on the CPU first. Needs TRITON_INTERPRET unset or 0
@@ -32,32 +32,35 @@ DIV16 = {"Q", "K", "V", "RANGE", "O_PART", "LSE_PART", "s_qb", "s_qh", "s_kb", "
 COMBINE_ARGS = ["O_PART", "LSE_PART", "OUT", "s_ob", "s_oh", "s_os", "s_lb", "s_lh", "s_outb", "n_heads"]
 
 
-def compile_kernels(arch: int, dtype: str, g: int, d: int) -> dict:
-    """Build both kernels for sm_<arch>; -> {"shared": bytes per split block, "cp_async", "ld_v4", "mma": PTX
-    instruction counts of the split kernel, "combine_ok": True}. Raises what Triton's compiler raises."""
+def compile_kernels(arch: int, dtype: str, g: int, d: int, tile: str | None = None) -> dict:
+    """Build both kernels for sm_<arch> with the split kernel's `tile` ("block_n:num_stages:num_warps", default
+    triton_decode's); -> {"shared": bytes per split block, "cp_async", "ld_v4", "mma": PTX instruction counts of
+    the split kernel, "combine_ok": True}. Raises what Triton's compiler raises."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from agentrl.rollout import triton_decode as td
 
+    t = td.Tile.parse(tile) if tile else td.DEFAULT_TILE
     target = GPUTarget("cuda", arch, 32)
     types = [f"*{dtype}"] * 3 + ["*i32", "*fp32", "*fp32"] + ["i32"] * 16 + ["fp32"]
     sig = dict(zip(SPLIT_ARGS, types, strict=True))
-    const = dict(G=g, G_PAD=td._pow2(g, td.MIN_ROWS), D=d, D_PAD=td._pow2(d, td.MIN_ROWS), BLOCK=td.BLOCK_N,
+    const = dict(G=g, G_PAD=td._pow2(g, td.MIN_ROWS), D=d, D_PAD=td._pow2(d, td.MIN_ROWS), BLOCK=t.block_n,
                  IEEE=dtype == "fp32", DOT_F32=False)
     sig.update(dict.fromkeys(const, "constexpr"))
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(SPLIT_ARGS) if n in DIV16}
     src = ASTSource(fn=td._split_kernel, signature=sig, attrs=attrs,
                     constexprs={(list(sig).index(k),): v for k, v in const.items()})
-    split = triton.compile(src, target=target)
+    split = triton.compile(src, target=target, options={"num_warps": t.num_warps, "num_stages": t.num_stages})
     ptx = split.asm["ptx"]
     sig = dict(zip(COMBINE_ARGS, ["*fp32", "*fp32", f"*{dtype}"] + ["i32"] * 7, strict=True))
     const = dict(SPLITS=2, S_PAD=2, D=d, D_PAD=td._pow2(d, td.MIN_ROWS))
     sig.update(dict.fromkeys(const, "constexpr"))
     triton.compile(ASTSource(fn=td._combine_kernel, signature=sig,
                              constexprs={(list(sig).index(k),): v for k, v in const.items()}), target=target)
-    return {"arch": arch, "dtype": dtype, "g": g, "d": d, "shared": split.metadata.shared,
+    return {"arch": arch, "dtype": dtype, "g": g, "d": d, "tile": f"{t.block_n}:{t.num_stages}:{t.num_warps}",
+            "shared": split.metadata.shared,
             "cp_async": ptx.count("cp.async.cg") + ptx.count("cp.async.ca"), "ld_v4": ptx.count("ld.global.v4"),
             "mma": ptx.count("mma.sync"), "combine_ok": True}
 
@@ -65,19 +68,22 @@ def compile_kernels(arch: int, dtype: str, g: int, d: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", type=int, nargs="+", default=[90, 80], help="compute capabilities (90: H100/H200)")
+    p.add_argument("--tiles", nargs="+", default=[None], help="split-kernel tiles block_n:num_stages:num_warps "
+                   "(default: triton_decode's)")
     p.add_argument("--json", action="store_true", help="one JSON list on stdout instead of the table")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("triton_decode_aot: unset TRITON_INTERPRET (the interpreter's kernels cannot be compiled)",
               file=sys.stderr)
         return 2
-    rows = [compile_kernels(a, *c) for a in args.arch for c in CONFIGS]
+    rows = [compile_kernels(a, *c, tile=t) for a in args.arch for t in args.tiles for c in CONFIGS]
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{'arch':>5} {'dtype':>5} {'g':>3} {'D':>4} {'shared':>8} {'cp.async':>9} {'ld.v4':>6} {'mma':>5}")
+    print(f"{'arch':>5} {'tile':>8} {'dtype':>5} {'g':>3} {'D':>4} {'shared':>8} {'cp.async':>9} {'ld.v4':>6} "
+          f"{'mma':>5}")
     for r in rows:
-        print(f"{r['arch']:>5} {r['dtype']:>5} {r['g']:>3} {r['d']:>4} {r['shared']:>8} {r['cp_async']:>9} "
+        print(f"{r['arch']:>5} {r['tile']:>8} {r['dtype']:>5} {r['g']:>3} {r['d']:>4} {r['shared']:>8} {r['cp_async']:>9} "
               f"{r['ld_v4']:>6} {r['mma']:>5}")
     return 0
 

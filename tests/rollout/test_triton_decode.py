@@ -108,6 +108,20 @@ def test_decode_attend_rejects_what_it_cannot_compute():
         triton_decode.decode_attend(q, k.transpose(2, 3).contiguous().transpose(2, 3), v, r, 0.25)
 
 
+def test_tiles_parse_check_and_give_the_same_result():
+    assert triton_decode.Tile.parse("128:2:8") == triton_decode.Tile(128, 2, 8, 4)
+    assert triton_decode.Tile.parse("32:3:4:2").programs_per_sm == 2
+    for bad in ("48:3:4", "8:3:4", "64:0:4", "64", "a:b:c", "64:3:4:4:4"):
+        with pytest.raises(ValueError, match="Tile"):
+            triton_decode.Tile.parse(bad)
+    q, k, v, valid = ragged(3, 4, 2, 16, 100, [0, 30, 99], [100, 70, 100], seed=5)
+    ref = reference(q, k, v, valid, 0.25)
+    for tile in ("16:1:1", "32:2:4", "128:3:8"):
+        got = triton_decode.decode_attend(q, k, v, triton_decode.key_ranges(valid), 0.25, splits=3,
+                                          tile=triton_decode.Tile.parse(tile))
+        assert (got - ref).abs().max().item() < 1e-5, tile
+
+
 def test_default_splits_on_the_cpu_is_one():
     assert triton_decode.default_splits(64, 8, 1024, torch.device("cpu")) == 1
 

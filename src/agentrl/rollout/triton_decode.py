@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -39,8 +40,40 @@ try:
 except ImportError:  # the "triton" form is then unavailable (`available()`); the other forms need nothing here
     triton = tl = None
 
-BLOCK_N = 64  # keys per inner-loop tile: [BLOCK_N, D] K and V tiles per load
+BLOCK_N = 64  # keys per inner-loop tile of the default Tile: [BLOCK_N, D] K and V tiles per load
 MIN_ROWS = 16  # tl.dot's smallest tile side: the g query heads of a KV head are padded to at least this
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The split kernel's launch shape: `block_n` keys per inner-loop tile (a power of two >= 16), Triton's
+    `num_stages` (software-pipelined loads in flight) and `num_warps`, and `programs_per_sm`, how many programs per
+    SM the default split count aims at. The default is Triton's usual shape for such a loop, not yet tuned on a
+    GPU (bench/bench_decode_attention.py --tiles sweeps them)."""
+
+    block_n: int = BLOCK_N
+    num_stages: int = 3
+    num_warps: int = 4
+    programs_per_sm: int = 4
+
+    def __post_init__(self):
+        if self.block_n < 16 or self.block_n & (self.block_n - 1) or min(self.num_stages, self.num_warps,
+                                                                           self.programs_per_sm) < 1:
+            raise ValueError(f"Tile: block_n must be a power of two >= 16 and the rest >= 1, got {self}")
+
+    @classmethod
+    def parse(cls, text: str) -> Tile:
+        """"64:3:4" or "64:3:4:4" (block_n:num_stages:num_warps[:programs_per_sm]) -> Tile; ValueError if not."""
+        try:
+            parts = [int(x) for x in text.split(":")]
+            if len(parts) not in (3, 4):
+                raise ValueError(len(parts))
+            return cls(*parts)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"Tile: expected block_n:num_stages:num_warps[:programs_per_sm], got {text!r}") from e
+
+
+DEFAULT_TILE = Tile()
 
 
 def available() -> bool:
@@ -166,13 +199,15 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def default_splits(b: int, n_kv: int, span: int, device: torch.device) -> int:
-    """Key-axis splits for a [b, n_kv] grid over `span` columns: enough programs to give every SM about four
-    (b * n_kv * splits >= 4 * SMs), never a chunk under BLOCK_N keys, at most 64. On the CPU (the interpreter) 1."""
+def default_splits(b: int, n_kv: int, span: int, device: torch.device, tile: Tile = DEFAULT_TILE) -> int:
+    """Key-axis splits for a [b, n_kv] grid over `span` columns: enough programs to give every SM about
+    tile.programs_per_sm (b * n_kv * splits >= that * SMs), never a chunk under tile.block_n keys, at most 64. On
+    the CPU (the interpreter) 1."""
     if device.type != "cuda":
         return 1
-    want = -(-4 * _sm_count(device.index if device.index is not None else torch.cuda.current_device()) // (b * n_kv))
-    return max(1, min(want, -(-span // BLOCK_N), 64))
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    want = -(-tile.programs_per_sm * sms // (b * n_kv))
+    return max(1, min(want, -(-span // tile.block_n), 64))
 
 
 def key_ranges(valid: torch.Tensor) -> torch.Tensor:
@@ -186,7 +221,7 @@ def key_ranges(valid: torch.Tensor) -> torch.Tensor:
 
 
 def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: torch.Tensor, scale: float,
-                  splits: int | None = None) -> torch.Tensor:
+                  splits: int | None = None, tile: Tile = DEFAULT_TILE) -> torch.Tensor:
     """q [b, nh, 1, D], k/v [b, nkv, L, D] (last dimension contiguous; nh a multiple of nkv), ranges [b, 2] int32
     (`key_ranges`) -> [b, 1, nh * D] of q's dtype, query head j reading KV head j // (nh / nkv) over its row's
     columns [start, end) with softmax scale `scale`: softmax(q k^T * scale) v, as decode_attention.attend.
@@ -194,11 +229,12 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
     softmax over no keys does in the other forms.
 
     `splits` (default `default_splits`) cuts the key axis into that many chunks, each a program per (row, KV
-    head), merged by log-sum-exp. CUDA tensors run the compiled kernels, CPU tensors Triton's interpreter.
+    head), merged by log-sum-exp; `tile` is the split kernel's launch shape. CUDA tensors run the compiled
+    kernels; in Triton's interpreter any device does.
 
     Raises:
-        ImportError: triton is not installed.
-        ValueError: mismatched shapes or dtypes, or a last dimension that is not contiguous.
+        ValueError: triton missing or the device unsupported (`check_device`), mismatched shapes or dtypes, or a
+            last dimension that is not contiguous.
     """
     check_device(q.device)
     b, nh, one, d = q.shape
@@ -212,8 +248,8 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
     if q.stride(3) != 1 or k.stride(3) != 1 or v.stride(3) != 1:
         raise ValueError("decode_attend: q, k and v need a contiguous last (head) dimension")
     g = nh // nkv
-    splits = splits or default_splits(b, nkv, length, q.device)
-    chunk = -(-max(1, -(-length // splits)) // BLOCK_N) * BLOCK_N
+    splits = splits or default_splits(b, nkv, length, q.device, tile)
+    chunk = -(-max(1, -(-length // splits)) // tile.block_n) * tile.block_n
     ranges = ranges.contiguous()
     o_part = torch.empty(b, nh, splits, d, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(b, nh, splits, dtype=torch.float32, device=q.device)
@@ -224,8 +260,9 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
         nkv, chunk, length, scale * math.log2(math.e),
-        G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=BLOCK_N, IEEE=q.dtype == torch.float32,
-        DOT_F32=q.dtype != torch.float32 and interpreted())  # the interpreter's bf16/fp16 tl.dot is wrong (3.9)
+        G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=tile.block_n, IEEE=q.dtype == torch.float32,
+        DOT_F32=q.dtype != torch.float32 and interpreted(),  # the interpreter's bf16/fp16 tl.dot is wrong (3.9)
+        num_warps=tile.num_warps, num_stages=tile.num_stages)
     _combine_kernel[(b * nh,)](
         o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0),
         lse_part.stride(1), out.stride(0), nh, SPLITS=splits, S_PAD=_pow2(splits), D=d, D_PAD=d_pad)
