@@ -171,8 +171,10 @@ if triton is not None:
     _combine_kernel = triton.jit(_combine_kernel)
 
 
+@functools.cache
 def interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (TRITON_INTERPRET=1 when triton was first imported)."""
+    """Whether the kernels run in Triton's interpreter (TRITON_INTERPRET=1 when triton was first imported); fixed
+    for the process (the kernels were wrapped once, at import)."""
     if triton is None:
         return False
     from triton.runtime.interpreter import InterpretedFunction
