@@ -175,3 +175,22 @@ def test_kernels_build_for_the_h200_pipelined_and_on_tensor_cores(tmp_path):
         assert r["combine_ok"] and 0 < r["shared"] <= 227 * 1024, r
         assert r["cp_async"] > 0 and r["ld_v4"] > 0, r
         assert (r["mma"] > 0) == (r["dtype"] == "bf16"), r  # fp32 runs IEEE on the FMA units, by design
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA: 17 GB of cache, rows past 2^31 elements")
+def test_a_cache_past_two_to_the_31_elements_is_addressed_right():
+    """Row 1 of a [2, 1, L, 128] bf16 cache starts past element 2^31: its keys are read at their real address
+    (int64 offsets), not at a wrapped one."""
+    length = (1 << 31) // 128 + 256
+    k = torch.zeros(2, 1, length, 128, dtype=torch.bfloat16, device="cuda")
+    v = torch.zeros_like(k)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    k[1, 0, -100:] = torch.randn(100, 128, device="cuda", generator=g).bfloat16()
+    v[1, 0, -100:] = torch.randn(100, 128, device="cuda", generator=g).bfloat16()
+    k[0, 0, :100], v[0, 0, :100] = k[1, 0, -100:], v[1, 0, -100:]
+    q = torch.randn(2, 2, 1, 128, device="cuda", generator=g).bfloat16()
+    q[1] = q[0]
+    ranges = torch.tensor([[0, 100], [length - 100, length]], dtype=torch.int32, device="cuda")
+    out = triton_decode.decode_attend(q, k, v, ranges, 128 ** -0.5)
+    assert (out[0].float() - out[1].float()).abs().max().item() < 1e-6  # the same keys, rows apart
+    assert out[1].float().abs().sum().item() > 0

@@ -111,8 +111,9 @@ def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
     m = tl.full([G_PAD], float("-inf"), tl.float32)
     l_sum = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], tl.float32)
-    k_base = K + row * s_kb + kvh * s_kh
-    v_base = V + row * s_vb + kvh * s_vh
+    # int64 offsets: a cache of 256 rows x 8 KV heads x 8k columns x 128 passes 2^31 elements (int32 would wrap)
+    k_base = K + row.to(tl.int64) * s_kb + kvh.to(tl.int64) * s_kh
+    v_base = V + row.to(tl.int64) * s_vb + kvh.to(tl.int64) * s_vh
     for n0 in range(lo, hi, BLOCK):
         offs_n = n0 + tl.arange(0, BLOCK)
         nmask = offs_n < hi
