@@ -22,8 +22,8 @@ import os
 import sys
 
 # (dtype, g, D): Qwen3-0.6B (16 heads over 8, 128), Qwen2.5-Coder-0.5B (14 over 2, 64), Qwen2.5-Coder-1.5B
-# (12 over 2, 128), and fp32 (the exactness mode)
-CONFIGS = [("bf16", 2, 128), ("bf16", 7, 64), ("bf16", 6, 128), ("fp32", 2, 128)]
+# (12 over 2, 128), fp32 (the exactness mode), and 256-wide heads (Gemma-like; fp32 there takes WIDE_FP32_TILE)
+CONFIGS = [("bf16", 2, 128), ("bf16", 7, 64), ("bf16", 6, 128), ("fp32", 2, 128), ("bf16", 2, 256), ("fp32", 2, 256)]
 SPLIT_ARGS = ["Q", "K", "V", "RANGE", "O_PART", "LSE_PART", "s_qb", "s_qh", "s_kb", "s_kh", "s_kn", "s_vb", "s_vh",
               "s_vn", "s_ob", "s_oh", "s_os", "s_lb", "s_lh", "n_kv", "chunk", "length", "qk_scale"]
 # what the JIT sees as multiples of 16 for FastSampler's cache (n_kv, s_lb, s_lh: the head and split counts, not)
@@ -36,13 +36,14 @@ def compile_kernels(arch: int, dtype: str, g: int, d: int, tile: str | None = No
     """Build both kernels for sm_<arch> with the split kernel's `tile` ("block_n:num_stages:num_warps", default
     triton_decode's); -> {"shared": bytes per split block, "cp_async", "ld_v4", "mma": PTX instruction counts of
     the split kernel, "combine_ok": True}. Raises what Triton's compiler raises."""
+    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from agentrl.rollout import triton_decode as td
 
-    t = td.Tile.parse(tile) if tile else td.DEFAULT_TILE
+    t = td.Tile.parse(tile) if tile else td.tile_for(torch.float32 if dtype == "fp32" else torch.bfloat16, d)
     target = GPUTarget("cuda", arch, 32)
     types = [f"*{dtype}"] * 3 + ["*i32", "*fp32", "*fp32"] + ["i32"] * 16 + ["fp32"]
     sig = dict(zip(SPLIT_ARGS, types, strict=True))

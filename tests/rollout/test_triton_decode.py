@@ -122,6 +122,17 @@ def test_tiles_parse_check_and_give_the_same_result():
         assert (got - ref).abs().max().item() < 1e-5, tile
 
 
+def test_wide_fp32_heads_take_a_smaller_tile():
+    assert triton_decode.tile_for(torch.float32, 256) == triton_decode.WIDE_FP32_TILE
+    assert triton_decode.tile_for(torch.bfloat16, 256) == triton_decode.DEFAULT_TILE
+    assert triton_decode.tile_for(torch.float32, 128) == triton_decode.DEFAULT_TILE
+    chosen = triton_decode.Tile(128, 2, 8)
+    assert triton_decode.tile_for(torch.float32, 256, chosen) == chosen  # a caller's own tile is kept
+    q, k, v, valid = ragged(2, 2, 1, 256, 70, [0, 5], [70, 66], seed=6)
+    got = triton_decode.decode_attend(q, k, v, triton_decode.key_ranges(valid), 0.0625, splits=2)
+    assert (got - reference(q, k, v, valid, 0.0625)).abs().max().item() < 1e-5
+
+
 def test_default_splits_on_the_cpu_is_one():
     assert triton_decode.default_splits(64, 8, 1024, torch.device("cpu")) == 1
 
@@ -170,27 +181,30 @@ def test_kernels_build_for_the_h200_pipelined_and_on_tensor_cores(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads(out.stdout)
     assert {(r["dtype"], r["g"], r["d"]) for r in rows} == {("bf16", 2, 128), ("bf16", 7, 64), ("bf16", 6, 128),
-                                                             ("fp32", 2, 128)}
+                                                             ("fp32", 2, 128), ("bf16", 2, 256), ("fp32", 2, 256)}
     for r in rows:
         assert r["combine_ok"] and 0 < r["shared"] <= 227 * 1024, r
         assert r["cp_async"] > 0 and r["ld_v4"] > 0, r
         assert (r["mma"] > 0) == (r["dtype"] == "bf16"), r  # fp32 runs IEEE on the FMA units, by design
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA: 17 GB of cache, rows past 2^31 elements")
 def test_a_cache_past_two_to_the_31_elements_is_addressed_right():
-    """Row 1 of a [2, 1, L, 128] bf16 cache starts past element 2^31: its keys are read at their real address
-    (int64 offsets), not at a wrapped one."""
+    """A [2, 1, L, 128] bf16 cache with L * 128 past 2^31: row 1's keys (its last 100 columns) sit past element
+    2^31 both as a row offset and as a column offset, and are read at their real address (int64 pointers), not at
+    a wrapped one. torch.empty: only the ranges' columns are written or read (on the CPU the rest stays
+    uncommitted: ~0.3 GB resident of 17 GB reserved)."""
     length = (1 << 31) // 128 + 256
-    k = torch.zeros(2, 1, length, 128, dtype=torch.bfloat16, device="cuda")
-    v = torch.zeros_like(k)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    k[1, 0, -100:] = torch.randn(100, 128, device="cuda", generator=g).bfloat16()
-    v[1, 0, -100:] = torch.randn(100, 128, device="cuda", generator=g).bfloat16()
+    k = torch.empty(2, 1, length, 128, dtype=torch.bfloat16, device=DEVICE)
+    v = torch.empty_like(k)
+    g = torch.Generator().manual_seed(0)
+    k[1, 0, -100:] = torch.randn(100, 128, generator=g).bfloat16().to(DEVICE)
+    v[1, 0, -100:] = torch.randn(100, 128, generator=g).bfloat16().to(DEVICE)
     k[0, 0, :100], v[0, 0, :100] = k[1, 0, -100:], v[1, 0, -100:]
-    q = torch.randn(2, 2, 1, 128, device="cuda", generator=g).bfloat16()
+    q = torch.randn(2, 2, 1, 128, generator=g).bfloat16().to(DEVICE)
     q[1] = q[0]
-    ranges = torch.tensor([[0, 100], [length - 100, length]], dtype=torch.int32, device="cuda")
-    out = triton_decode.decode_attend(q, k, v, ranges, 128 ** -0.5)
-    assert (out[0].float() - out[1].float()).abs().max().item() < 1e-6  # the same keys, rows apart
-    assert out[1].float().abs().sum().item() > 0
+    ranges = torch.tensor([[0, 100], [length - 100, length]], dtype=torch.int32, device=DEVICE)
+    for splits in (1, 64):
+        out = triton_decode.decode_attend(q, k, v, ranges, 128 ** -0.5, splits=splits)
+        assert (out[0].float() - out[1].float()).abs().max().item() == 0.0  # the same keys, rows apart
+        assert out[1].float().abs().sum().item() > 0
+    del k, v

@@ -17,7 +17,9 @@ column range [start, end) (FastSampler's rows start at column 0; a left-padded c
   batch, the span and the GPU's SM count).
 - The softmax runs in fp32 (scores scaled by log2(e) to use exp2); the probabilities are cast to the cache's
   dtype before the product with V, as the "matmul" form and FlashAttention do. fp32 inputs multiply in IEEE fp32
-  (no TF32), so the fp32 sampler keeps the trainer's log-probs (issue 26 item 4). In the interpreter, 16-bit
+  (no TF32), so the fp32 sampler keeps the trainer's log-probs to about 1e-6 (issue 26 item 4; not bitwise: the
+  sums run in another order). In bf16 the scores stay fp32 where the "matmul" form rounds them to bf16 before its
+  softmax, so the two differ by up to a few 1e-2 on the output (this kernel being the nearer to exact). In the interpreter, 16-bit
   inputs are multiplied in fp32 (its 16-bit `tl.dot` returned garbage, triton 3.9), rounding the same way.
 
 On the CPU the same kernels run in Triton's interpreter (numpy; correct and slow) when TRITON_INTERPRET=1 was set
@@ -74,6 +76,17 @@ class Tile:
 
 
 DEFAULT_TILE = Tile()
+# fp32 tiles of 256-wide heads: the default's 3 stages of [64, 256] fp32 K and V tiles need 276 KiB of shared
+# memory, past a block's 227 KiB on the H200 (the kernel would not launch); this one needs about a third
+WIDE_FP32_TILE = Tile(block_n=32, num_stages=2, num_warps=4)
+
+
+def tile_for(dtype: torch.dtype, head_dim: int, tile: Tile = DEFAULT_TILE) -> Tile:
+    """The tile a launch uses: `tile`, except that the default becomes WIDE_FP32_TILE for fp32 heads wider than
+    128 (their K/V stages would not fit a block's shared memory)."""
+    if tile == DEFAULT_TILE and dtype == torch.float32 and _pow2(head_dim, MIN_ROWS) > 128:
+        return WIDE_FP32_TILE
+    return tile
 
 
 def available() -> bool:
@@ -114,11 +127,15 @@ def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
     # int64 offsets: a cache of 256 rows x 8 KV heads x 8k columns x 128 passes 2^31 elements (int32 would wrap)
     k_base = K + row.to(tl.int64) * s_kb + kvh.to(tl.int64) * s_kh
     v_base = V + row.to(tl.int64) * s_vb + kvh.to(tl.int64) * s_vh
+    # the tiles' pointers in int64 too, advanced a tile at a time: a column offset past 2^31 elements must not wrap
+    rel = tl.arange(0, BLOCK)[:, None]
+    k_ptrs = k_base + lo.to(tl.int64) * s_kn + (rel * s_kn + offs_d[None, :])
+    v_ptrs = v_base + lo.to(tl.int64) * s_vn + (rel * s_vn + offs_d[None, :])
     for n0 in range(lo, hi, BLOCK):
         offs_n = n0 + tl.arange(0, BLOCK)
         nmask = offs_n < hi
         kv_mask = nmask[:, None] & dmask[None, :]
-        k = tl.load(k_base + offs_n[:, None] * s_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
         if DOT_F32:
             k = k.to(tl.float32)
         if IEEE:
@@ -130,7 +147,9 @@ def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + offs_n[:, None] * s_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        k_ptrs += BLOCK * s_kn
+        v_ptrs += BLOCK * s_vn
         if DOT_F32:  # the probabilities rounded to the cache's dtype all the same, as on the GPU
             p = p.to(V.dtype.element_ty).to(tl.float32)
             v = v.to(tl.float32)
@@ -251,6 +270,7 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
     if q.stride(3) != 1 or k.stride(3) != 1 or v.stride(3) != 1:
         raise ValueError("decode_attend: q, k and v need a contiguous last (head) dimension")
     g = nh // nkv
+    tile = tile_for(q.dtype, d, tile)
     splits = splits or default_splits(b, nkv, length, q.device, tile)
     chunk = -(-max(1, -(-length // splits)) // tile.block_n) * tile.block_n
     ranges = ranges.contiguous()
