@@ -250,9 +250,10 @@ def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", 
 # The decode profile (--profile-steps). Kernel-name buckets, tried in this order on lower-cased names (the first
 # that matches wins, else "elementwise/other"): the sampler's log-softmax over the vocabulary is sampling, not
 # attention; attention is tried before GEMMs because fused attention kernels carry "cutlass" or "sm90" in their
-# names (fmha_cutlassF_..., cuDNN's ..._sdpa_sm90_...); "nvjet" and "gemv" are cuBLAS's Hopper GEMM and its
-# matrix-vector kernels. On the CPU the names are aten ops (aten::mm, aten::_softmax, ...). The matmul decode
-# attention's two matmuls are GEMMs by name: the code regions below count them as attention.
+# names (fmha_cutlassF_..., cuDNN's ..._sdpa_sm90_...; our Triton kernels are _decode_attention_split / _merge);
+# "nvjet" and "gemv" are cuBLAS's Hopper GEMM and its matrix-vector kernels. On the CPU the names are aten ops
+# (aten::mm, aten::_softmax, ...). The matmul decode attention's two matmuls are GEMMs by name: the code regions
+# below count them as attention.
 KERNEL_BUCKETS = (
     ("elementwise/other", ("logsoftmax", "log_softmax")),
     ("attention", ("attention", "flash", "fmha", "sdpa", "softmax")),

@@ -27,6 +27,7 @@
 #             lengths uniform in [128, 1024] (reported; picks the Triton tile)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   logprob_triton   the same check with decode_attention triton (fp32 in IEEE, no TF32)
+#   profile_triton   the profile part's decode step (batch 64) with decode_attention triton
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
 #   update    bench_update.py: 4-row microbatches (the old default) vs full logits, bf16, checkpointing off and on,
@@ -168,6 +169,9 @@ else
   part rollout_triton_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 \
     --repeats 1 --compile-decode --decode-attention triton
   part logprob_triton 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention triton
+  # the profile part's decode step with the Triton kernel: where the step's time goes once attention reads the KV once
+  part profile_triton 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
+    --profile-steps 16 --decode-attention triton
   part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)

@@ -51,14 +51,14 @@ def compile_kernels(arch: int, dtype: str, g: int, d: int, tile: str | None = No
                  IEEE=dtype == "fp32", DOT_F32=False)
     sig.update(dict.fromkeys(const, "constexpr"))
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(SPLIT_ARGS) if n in DIV16}
-    src = ASTSource(fn=td._split_kernel, signature=sig, attrs=attrs,
+    src = ASTSource(fn=td._decode_attention_split, signature=sig, attrs=attrs,
                     constexprs={(list(sig).index(k),): v for k, v in const.items()})
     split = triton.compile(src, target=target, options={"num_warps": t.num_warps, "num_stages": t.num_stages})
     ptx = split.asm["ptx"]
     sig = dict(zip(COMBINE_ARGS, ["*fp32", "*fp32", f"*{dtype}"] + ["i32"] * 7, strict=True))
     const = dict(SPLITS=2, S_PAD=2, D=d, D_PAD=td._pow2(d, td.MIN_ROWS))
     sig.update(dict.fromkeys(const, "constexpr"))
-    triton.compile(ASTSource(fn=td._combine_kernel, signature=sig,
+    triton.compile(ASTSource(fn=td._decode_attention_merge, signature=sig,
                              constexprs={(list(sig).index(k),): v for k, v in const.items()}), target=target)
     return {"arch": arch, "dtype": dtype, "g": g, "d": d, "tile": f"{t.block_n}:{t.num_stages}:{t.num_warps}",
             "shared": split.metadata.shared,

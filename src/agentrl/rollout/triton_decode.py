@@ -98,7 +98,7 @@ def _pow2(n: int, floor: int = 1) -> int:
     return max(floor, 1 << max(0, n - 1).bit_length())
 
 
-def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
+def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
                   s_qb, s_qh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
                   s_ob, s_oh, s_os, s_lb, s_lh,
                   n_kv, chunk, length, qk_scale,
@@ -166,7 +166,7 @@ def _split_kernel(Q, K, V, RANGE, O_PART, LSE_PART,
     tl.store(LSE_PART + row * s_lb + heads * s_lh + split, lse, mask=gmask)
 
 
-def _combine_kernel(O_PART, LSE_PART, OUT, s_ob, s_oh, s_os, s_lb, s_lh, s_outb, n_heads,
+def _decode_attention_merge(O_PART, LSE_PART, OUT, s_ob, s_oh, s_os, s_lb, s_lh, s_outb, n_heads,
                     SPLITS: tl.constexpr, S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
     pid = tl.program_id(0)
     row = pid // n_heads
@@ -187,8 +187,8 @@ def _combine_kernel(O_PART, LSE_PART, OUT, s_ob, s_oh, s_os, s_lb, s_lh, s_outb,
 if triton is not None:
     # with TRITON_INTERPRET=1 set before triton's first import, triton.jit gives the interpreter's functions (and
     # triton.language's own helpers are interpreted too): the only way these kernels run on the CPU
-    _split_kernel = triton.jit(_split_kernel)
-    _combine_kernel = triton.jit(_combine_kernel)
+    _decode_attention_split = triton.jit(_decode_attention_split)
+    _decode_attention_merge = triton.jit(_decode_attention_merge)
 
 
 @functools.cache
@@ -199,7 +199,7 @@ def interpreted() -> bool:
         return False
     from triton.runtime.interpreter import InterpretedFunction
 
-    return isinstance(_split_kernel, InterpretedFunction)
+    return isinstance(_decode_attention_split, InterpretedFunction)
 
 
 def check_device(device: torch.device) -> None:
@@ -278,7 +278,7 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
     lse_part = torch.empty(b, nh, splits, dtype=torch.float32, device=q.device)
     out = torch.empty(b, 1, nh * d, dtype=q.dtype, device=q.device)
     d_pad = _pow2(d, MIN_ROWS)
-    _split_kernel[(b * nkv, splits)](
+    _decode_attention_split[(b * nkv, splits)](
         q, k, v, ranges, o_part, lse_part,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
@@ -286,7 +286,7 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
         G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=tile.block_n, IEEE=q.dtype == torch.float32,
         DOT_F32=q.dtype != torch.float32 and interpreted(),  # the interpreter's bf16/fp16 tl.dot is wrong (3.9)
         num_warps=tile.num_warps, num_stages=tile.num_stages)
-    _combine_kernel[(b * nh,)](
+    _decode_attention_merge[(b * nh,)](
         o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0),
         lse_part.stride(1), out.stride(0), nh, SPLITS=splits, S_PAD=_pow2(splits), D=d, D_PAD=d_pad)
     return out
