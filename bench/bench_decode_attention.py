@@ -26,21 +26,20 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
-from _common import Table, device_meta
+from _common import Table, device_meta, find_config
 
 from agentrl.rollout.decode_attention import DECODE_ATTENTION, attend, key_mask
 
 
 def _shape(args) -> tuple[int, int, int]:
-    """(heads, kv_heads, head_dim) from --config's config.json, else the flags (Qwen3-0.6B's by default)."""
+    """(heads, kv_heads, head_dim): the tiny models', --config's (a path or a bench/configs/ name, as the other
+    benchmarks take it), else the flags (Qwen3-0.6B's by default)."""
     if args.tiny:
         return 4, 2, 16
     if args.config:
-        path = Path(args.config)
-        c = json.loads((path / "config.json" if path.is_dir() else path).read_text())
+        c = json.loads(find_config(args.config).read_text())
         return (c["num_attention_heads"], c["num_key_value_heads"],
                 c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
     return args.heads, args.kv_heads, args.head_dim
@@ -117,7 +116,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--config", default=None, help="a model's config.json (or its folder) for the head shape")
+    p.add_argument("--config", default=None, help="a model's config.json, its folder, or a bench/configs/ name: the head shape")
     p.add_argument("--tiny", action="store_true", help="the tiny test models' head shape (4 over 2, head size 16)")
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--kv-heads", dest="kv_heads", type=int, default=8)

@@ -43,12 +43,13 @@ def compile_kernels(arch: int, dtype: str, g: int, d: int, tile: str | None = No
 
     from agentrl.rollout import triton_decode as td
 
-    t = td.Tile.parse(tile) if tile else td.tile_for(torch.float32 if dtype == "fp32" else torch.bfloat16, d)
+    tdtype = torch.float32 if dtype == "fp32" else torch.bfloat16
+    t = td.Tile.parse(tile) if tile else td.tile_for(tdtype, d)
     target = GPUTarget("cuda", arch, 32)
     types = [f"*{dtype}"] * 3 + ["*i32", "*fp32", "*fp32"] + ["i32"] * 16 + ["fp32"]
     sig = dict(zip(SPLIT_ARGS, types, strict=True))
     const = dict(G=g, G_PAD=td._pow2(g, td.MIN_ROWS), D=d, D_PAD=td._pow2(d, td.MIN_ROWS), BLOCK=t.block_n,
-                 IEEE=dtype == "fp32", DOT_F32=False)
+                 PRECISION=td.precision(tdtype), DOT_F32=False)
     sig.update(dict.fromkeys(const, "constexpr"))
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(SPLIT_ARGS) if n in DIV16}
     src = ASTSource(fn=td._decode_attention_split, signature=sig, attrs=attrs,

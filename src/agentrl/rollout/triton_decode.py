@@ -19,8 +19,9 @@ column range [start, end) (FastSampler's rows start at column 0; a left-padded c
   dtype before the product with V, as the "matmul" form and FlashAttention do. fp32 inputs multiply in IEEE fp32
   (no TF32), so the fp32 sampler keeps the trainer's log-probs to about 1e-6 (issue 26 item 4; not bitwise: the
   sums run in another order). In bf16 the scores stay fp32 where the "matmul" form rounds them to bf16 before its
-  softmax, so the two differ by up to a few 1e-2 on the output (this kernel being the nearer to exact). In the interpreter, 16-bit
-  inputs are multiplied in fp32 (its 16-bit `tl.dot` returned garbage, triton 3.9), rounding the same way.
+  softmax, so the two differ by up to a few 1e-2 on the output (this kernel being the nearer to exact). In the
+  interpreter, 16-bit inputs are multiplied in fp32 (its 16-bit `tl.dot` returned garbage, triton 3.9), rounding
+  the same way.
 
 On the CPU the same kernels run in Triton's interpreter (numpy; correct and slow) when TRITON_INTERPRET=1 was set
 before triton's first import (tests/conftest.py sets it on a host without CUDA): the tests check them there
@@ -89,6 +90,12 @@ def tile_for(dtype: torch.dtype, head_dim: int, tile: Tile = DEFAULT_TILE) -> Ti
     return tile
 
 
+def precision(dtype: torch.dtype) -> str:
+    """tl.dot's input_precision for a cache of `dtype`: "ieee" for fp32 (no TF32: the trainer's log-probs), else
+    "tf32" (Triton's default; 16-bit inputs multiply exactly on tensor cores either way)."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 def available() -> bool:
     """Whether `triton` imports (the "triton" decode attention needs it)."""
     return triton is not None
@@ -99,11 +106,11 @@ def _pow2(n: int, floor: int = 1) -> int:
 
 
 def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
-                  s_qb, s_qh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
-                  s_ob, s_oh, s_os, s_lb, s_lh,
-                  n_kv, chunk, length, qk_scale,
-                  G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                  BLOCK: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr):
+                            s_qb, s_qh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
+                            s_ob, s_oh, s_os, s_lb, s_lh,
+                            n_kv, chunk, length, qk_scale,
+                            G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                            BLOCK: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     row = pid // n_kv
@@ -138,10 +145,7 @@ def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
         if DOT_F32:
             k = k.to(tl.float32)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp2(m - m_new)
@@ -153,10 +157,7 @@ def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
         if DOT_F32:  # the probabilities rounded to the cache's dtype all the same, as on the GPU
             p = p.to(V.dtype.element_ty).to(tl.float32)
             v = v.to(tl.float32)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m = m_new
     seen = l_sum > 0.0  # False for a chunk past the row's end: no keys, weight 0 in the merge
     out = acc / tl.where(seen, l_sum, 1.0)[:, None]
@@ -167,7 +168,7 @@ def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
 
 
 def _decode_attention_merge(O_PART, LSE_PART, OUT, s_ob, s_oh, s_os, s_lb, s_lh, s_outb, n_heads,
-                    SPLITS: tl.constexpr, S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
+                            SPLITS: tl.constexpr, S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
     pid = tl.program_id(0)
     row = pid // n_heads
     head = pid % n_heads
@@ -283,7 +284,7 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
         nkv, chunk, length, scale * math.log2(math.e),
-        G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=tile.block_n, IEEE=q.dtype == torch.float32,
+        G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=tile.block_n, PRECISION=precision(q.dtype),
         DOT_F32=q.dtype != torch.float32 and interpreted(),  # the interpreter's bf16/fp16 tl.dot is wrong (3.9)
         num_warps=tile.num_warps, num_stages=tile.num_stages)
     _decode_attention_merge[(b * nh,)](
