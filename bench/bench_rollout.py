@@ -52,6 +52,7 @@ from _common import (
 from transformers import GenerationConfig
 
 from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
+from agentrl.rollout.decode_attention import default_form
 from agentrl.rollout.fast_sampler import DECODE_ATTENTION, FastSampler
 from agentrl.rollout.hf_sampler import SamplingConfig
 
@@ -180,17 +181,19 @@ def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = Fal
 
 
 def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False,
-             decode_attention: str = "matmul", compile_decode: bool = False) -> tuple[float, float]:
-    """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run).
+             decode_attention: str = "matmul", compile_decode: bool = False) -> tuple[float, float, float, int]:
+    """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run, wall s of the
+    warm-up run (the cache's allocation, compile_decode's compile, the CUDA graphs' capture), bytes of static KV
+    cache held outside PyTorch's allocator after the runs (release_kv's VMM buffers: `peak_gib` misses them)).
 
     keep_kv off by default: a kept row's KV is cloned out of the static cache when it finishes (the multi-turn
     reuse bench_reuse.py measures), a copy of every row's whole context per call that is not decoding."""
     fs = make_sampler(model, len(contexts), steps, pad_id, keep_kv, decode_attention, compile_decode=compile_decode)
     budgets = [steps] * len(contexts)
-    fs(contexts, budgets)  # warm-up: allocates the cache, compiles (compile_decode), captures the graphs
+    _, warm_s = timed(lambda: fs(contexts, budgets), device)  # allocates the cache, compiles, captures the graphs
     times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
     _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), device)
-    return statistics.median(times), prefill_s
+    return statistics.median(times), prefill_s, warm_s, fs.kv_mapped_bytes()
 
 
 def run_hf(model, contexts, steps, pad_id, device: str) -> tuple[float, float]:
@@ -205,6 +208,7 @@ def run_hf(model, contexts, steps, pad_id, device: str) -> tuple[float, float]:
 COLUMNS = [("batch", "d"), ("attn", ""), ("ctx", "d"), ("steps", "d"), ("hf_tok_s", ".0f"), ("ours_tok_s", ".0f"),
            ("ratio", ".2f"), ("hf_dec_tok_s", ".0f"), ("ours_dec_tok_s", ".0f"), ("dec_ratio", ".2f"),
            ("bound_tok_s", ".0f"), ("frac_bound", ".3f"), ("ours_peak_gib", ".1f"), ("hf_peak_gib", ".1f"),
+           ("warm_s", ".1f"),
            ("check_mean_d", ".2e"), ("check_max_d", ".2e"), ("greedy_ok", "")]
 
 
@@ -217,10 +221,10 @@ def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", 
     row = {"batch": batch, "attn": attention, "ctx": args.ctx, "steps": args.steps}
     free(args.device)
     try:
-        ours_s, ours_pre = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device, args.keep_kv,
-                                    attention, compile_decode=args.compile_decode)
+        ours_s, ours_pre, warm_s, kv_outside = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device,
+                                                        args.keep_kv, attention, compile_decode=args.compile_decode)
         row.update(ours_tok_s=n_tok / ours_s, ours_dec_tok_s=batch * (args.steps - 1) / max(ours_s - ours_pre, 1e-9),
-                   ours_peak_gib=peak_gib(args.device))
+                   ours_peak_gib=peak_gib(args.device) + kv_outside / 2**30, warm_s=warm_s)
     except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
         row["ours_tok_s"] = "OOM" if is_oom(e) else "ERR"
         traceback.print_exc()
@@ -472,16 +476,17 @@ TARGETS = (  # issue 15 target 1: (batch, column, figure, op, threshold)
 )
 
 
-def targets(rows: list[dict], dtype: str = "bf16") -> list[dict]:
+def targets(rows: list[dict], dtype: str = "bf16", default_attention: str = "matmul") -> list[dict]:
     """Issue 15 target 1's three ratios from the table's rows ('missing' for a batch not measured), once per
     decode attention in the rows (rows without `attn`, written before it existed, are "matmul"); figures of
-    an attention other than matmul say which. Then issue 26 item 4 from the check rows (batch 0): the
+    an attention other than `default_attention` (FastSampler's default on the measured device, the table's meta
+    "default_attention"; "matmul" before 2026-12-04) say which. Then issue 26 item 4 from the check rows (batch 0): the
     sampler's log-probs vs a plain forward, mean |d| per token, <= 1e-4 when `dtype` is fp32, else reported."""
     out = []
     timed_rows = [r for r in rows if not r.get("check")]
     for att in dict.fromkeys(r.get("attn", "matmul") for r in timed_rows) or ["matmul"]:
         by_batch = {r["batch"]: r for r in timed_rows if r.get("attn", "matmul") == att}
-        tag = "" if att == "matmul" else f" (decode_attention={att})"
+        tag = "" if att == default_attention else f" (decode_attention={att})"
         out += [target("1", fig + tag, by_batch.get(b, {}).get(col), op, thr) for b, col, fig, op, thr in TARGETS]
     for r in rows:
         if r.get("check") == "logprob":
@@ -509,9 +514,10 @@ def main() -> int:
                    help="FastSampler keep_kv on (clones each finished row's KV for a next turn; off: decoding only)")
     p.add_argument("--hf-batches", dest="hf_batches", type=int, nargs="+", default=None,
                    help="batches at which plain generate also runs (default: every batch; issue 15's ratio is at 128)")
-    p.add_argument("--decode-attention", dest="decode_attention", nargs="+", choices=DECODE_ATTENTION,
-                   default=["matmul"], help="FastSampler decode_attention values, one row each per batch "
-                   "(plain generate runs once per batch, beside the first)")
+    p.add_argument("--decode-attention", dest="decode_attention", nargs="+", choices=("default", *DECODE_ATTENTION),
+                   default=["default"], help="FastSampler decode_attention values, one row each per batch "
+                   "(plain generate runs once per batch, beside the first); default: FastSampler's default on the "
+                   "device (decode_attention.default_form: triton on CUDA where it runs, else matmul)")
     p.add_argument("--compile-decode", dest="compile_decode", action="store_true",
                    help="FastSampler compile_decode: each layer's step around its (eager) KV write and "
                    "attention through torch.compile, then captured (fuses the ~45 small kernels a layer; the "
@@ -527,11 +533,14 @@ def main() -> int:
         p.error("--steps must be >= 2")
     if args.profile_steps < 0:
         p.error("--profile-steps must be >= 0")
+    default_att = default_form(args.device)
+    args.decode_attention = list(dict.fromkeys(default_att if a == "default" else a for a in args.decode_attention))
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     meta = device_meta(args.device) | {"model": model_name(args.config), "dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
                                       "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
                                       "keep_kv": args.keep_kv, "compile_decode": args.compile_decode,
                                       "decode_attention": "/".join(args.decode_attention),
+                                      "default_attention": default_att,
                                       # fp32 agreement needs full-fp32 GEMMs: what this process would use
                                       "fp32_matmul_precision": torch.get_float32_matmul_precision(),
                                       "tf32_env": ",".join(f"{k}={os.environ[k]}" for k in TF32_ENV
@@ -555,7 +564,7 @@ def main() -> int:
         for att in args.decode_attention:  # plain generate once per batch, its figures in every row of it
             row = one_batch(model, args, batch, table, att, hf=first)
             first = first or row
-    for t in targets(table.rows, args.dtype):
+    for t in targets(table.rows, args.dtype, default_att):
         table.note(target_text(t))
     table.note("tok_s: batch*steps / wall s incl. prefill; dec_tok_s: decode only (minus a 1-token run); "
                "frac_bound: ours_dec_tok_s / (weights + live KV bytes per step at bw)")

@@ -31,17 +31,14 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "rollout": ("bench_rollout", {"1": "1", "4": "4"}),
     "rollout_compiled": ("bench_rollout", {"1": "1"}),  # the decode layer compiled (FastSampler compile_decode)
     "rollout_flex": ("bench_rollout", {"1": "1"}),  # decode_attention flex (compiled layer, FlexAttention)
-    "rollout_triton": ("bench_rollout", {"1": "1", "4": "4"}),  # decode_attention triton (split-KV kernel)
-    "rollout_triton_compiled": ("bench_rollout", {"1": "1"}),  # triton between compiled layer regions
     "logprob": ("bench_rollout", {"4": "4"}),
-    "logprob_triton": ("bench_rollout", {"4": "4"}),
     "ragged": ("bench_ragged", {"4": "2"}),
     "step": ("bench_step", {"7": "3"}),
     "step_tok": ("bench_step", {"7": "3"}),  # the same step with RLConfig's default update (16k-token microbatches)
     "update": ("bench_update", {"5": "5"}),
 }
 BF16_ONLY = ("step", "step_tok", "update")
-HF_VARIANTS = ("rollout_triton",)  # variant parts that also run plain generate (their end-to-end figure counts)
+HF_VARIANTS: tuple[str, ...] = ()  # variant parts that also run plain generate (their end-to-end figure counts)
 REAL_MODELS = {"coder05": "Qwen2.5-Coder-0.5B", "coder15": "Qwen2.5-Coder-1.5B"}
 STEP_LIMIT_S = {"coder05": None, "coder15": 10.0}  # issue 26 item 6: the 1.5B's coding-tools step <= 10 s
 
@@ -105,7 +102,8 @@ def collect(folder: Path) -> tuple[list[dict], list[str]]:
         module, renumber = PARTS[part]
         try:
             mod = importlib.import_module(module)
-            found = mod.targets(rows, meta.get("dtype", "bf16")) if module == "bench_rollout" else mod.targets(rows)
+            found = (mod.targets(rows, meta.get("dtype", "bf16"), meta.get("default_attention", "matmul"))
+                     if module == "bench_rollout" else mod.targets(rows))
         except Exception as e:  # noqa: BLE001 - one part's bad rows must not lose the other parts' figures
             problems.append(f"{part}: targets() failed: {type(e).__name__}: {e}")
             continue

@@ -2,9 +2,10 @@
 # Issue 26's GPU figures, at most 9 minutes per call on an H200 (all parts: two calls with PARTS, bench/README.md): the parts end by DEADLINE_S - 15 s from the
 # start (default 540 s; each part has its own limit, cut to fit), then the summary (limit 30 s, ~10 s). Qwen3-0.6B
 # (the shared config) unless the part says otherwise; every model has random weights, bf16 unless said:
-#   rollout   bench_rollout.py: FastSampler (decode_attention sdpa, then matmul) vs plain generate, batches 64 / 256 /
-#             128 (generate at 128 only): decode-only fraction of the bandwidth bound, end to end vs generate (item 1),
-#             and the bf16 log-prob check rows (item 4, reported)
+#   rollout   bench_rollout.py: FastSampler (its default decode_attention, triton on the H200, then matmul) vs plain
+#             generate, batches 64 / 256 / 128 (generate at 128 only): decode-only fraction of the bandwidth bound, end
+#             to end vs generate (item 1), the warm-up call's seconds (compile, capture), the bf16 log-prob check rows
+#             (item 4, reported)
 #   profile   bench_rollout.py --profile-steps 16: why the decode step at batch 64 (ctx 1024, the first of
 #             DECODE_ATTENTION) runs below the bandwidth bound: a 32-step timed row (graphs on), then 16 decode steps
 #             under torch.profiler with CUDA graphs off: device ms per decode step by kernel-name bucket (gemm/matmul,
@@ -19,15 +20,10 @@
 #             layer and step, 0.155 / 0.158 of the bound against eager's 0.251 / 0.285, H200 2026-12-02)
 #   rollout_flex   the same rows with decode_attention flex (FlexAttention's split-KV decoding kernel, compiled on its
 #             own over the read-only cache, between the same compiled regions; 0.159 / 0.115 with the write inside)
-#   rollout_triton   rollout's rows (64 / 256, plain generate at 128) with decode_attention triton
-#             (agentrl.rollout.triton_decode: a split-KV kernel, GQA packed, reading only each row's written keys)
-#   rollout_triton_compiled   the same at 64 / 256 with the layers compiled around it (compile_decode)
 #   attention   bench_decode_attention.py: one decode step's attention alone (28 layers' caches, one CUDA graph) per
 #             form and Triton tile at 64 / 256, as a fraction of reading the live KV once; attention_ragged: row
 #             lengths uniform in [128, 1024] (reported; picks the Triton tile)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
-#   logprob_triton   the same check with decode_attention triton (fp32 in IEEE, no TF32)
-#   profile_triton   the profile part's decode step (batch 64) with decode_attention triton
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
 #   update    bench_update.py: 4-row microbatches (the old default) vs full logits, bf16, checkpointing off and on,
@@ -65,7 +61,7 @@ cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 LOG="$ROOT/log.txt"
-ATT=(${DECODE_ATTENTION:-sdpa matmul})
+ATT=(${DECODE_ATTENTION:-default matmul})  # "default": FastSampler's on the device (triton on CUDA where it runs)
 if [ -n "${PARTS:-}" ]; then echo "=== PARTS=$PARTS $(date -u) ===" >> "$LOG"; else : > "$LOG"; fi
 QWEN3=()
 if [ -n "${CONFIG:-}" ]; then QWEN3=(--config "$CONFIG"); fi
@@ -116,7 +112,7 @@ if [ -n "${SMOKE:-}" ]; then
     --decode-attention "${ATT[0]}"
   part rollout_flex 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention flex
   # the Triton kernel in the interpreter (~30 s); its log-prob check takes minutes there, and the CPU tests check
-  # the same agreement (tests/rollout/test_fast_sampler_attention.py), so logprob_triton is left to the GPU run
+  # the same agreement (tests/rollout/test_fast_sampler_attention.py), so its check is left to the GPU run (the logprob part)
   if "$PY" -c "import triton" 2>/dev/null; then
     part rollout_triton 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --no-check --decode-attention triton
     part attention 300 bench_decode_attention --batches 3 --ctx 40 --steps 8 --layers 2 --iters 2 \
@@ -162,16 +158,6 @@ else
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
   part attention_ragged 60 bench_decode_attention --batches 64 256 --ragged --forms sdpa triton \
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
-  # the Triton split-KV kernel (not yet run on a GPU when written, 2026-12-03): its rows, compiled layers around it,
-  # and its fp32 log-prob check (estimates: as rollout, rollout_compiled and logprob)
-  part rollout_triton 110 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
-    --decode-attention triton
-  part rollout_triton_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 \
-    --repeats 1 --compile-decode --decode-attention triton
-  part logprob_triton 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention triton
-  # the profile part's decode step with the Triton kernel: where the step's time goes once attention reads the KV once
-  part profile_triton 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
-    --profile-steps 16 --decode-attention triton
   part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)

@@ -247,3 +247,30 @@ def test_compiled_decode_step_samples_what_the_eager_one_does(policy):
     assert max(abs(a - b) for s, e in zip(got, eager, strict=True) for a, b in zip(s.logprobs, e.logprobs, strict=True)) < 1e-4
     assert len(model.model.layers) >= 2 and not counters["graph_break"]
     assert counters["stats"]["unique_graphs"] == 2 and counters["frames"]["total"] == 2  # pre_ and post_attention
+
+
+def test_fresh_prefill_equals_prefill_over_a_kept_prefix(policy):
+    """Rows that all start at column 0 take the causal SDPA path over their own keys; rows extending kept KV take
+    the masked path over the cache. Prefilling each context whole, or its first half and then the rest, gives
+    the same last-token logits and the same cache columns (rows of different lengths and kept prefixes, GQA,
+    unordered slots)."""
+    from agentrl.rollout.fast_model import SlotState, arch_of, prefill_slots, rope_tables
+
+    model, tok = policy
+    arch = arch_of(model)
+    assert arch.n_heads > arch.n_kv  # GQA: the causal path's enable_gqa is exercised
+    ctxs = [c for c in contexts(tok, 6) if len(c) >= 2][:4]  # each row keeps a prefix and prefills the rest
+    assert len(ctxs) == 4
+    starts = [len(c) // 2 for c in ctxs]
+    width = max(map(len, ctxs))
+    rope = rope_tables(arch, width + 8, torch.float32, "cpu")
+    slots = [3, 0, 2, 1]
+    with torch.no_grad():
+        whole, split = (SlotState(arch, 4, width + 8, 4, torch.float32, "cpu") for _ in range(2))
+        want = prefill_slots(arch, whole, rope, slots, ctxs, [0] * 4, 0, 16384)
+        prefill_slots(arch, split, rope, slots, [c[:p] for c, p in zip(ctxs, starts, strict=True)], [0] * 4, 0, 16384)
+        got = prefill_slots(arch, split, rope, slots, ctxs, starts, 0, 16384)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for s, c in zip(slots, ctxs, strict=True):
+        for cache_w, cache_s in zip((*whole.k, *whole.v), (*split.k, *split.v), strict=True):
+            torch.testing.assert_close(cache_s[s, :, :len(c)], cache_w[s, :, :len(c)], atol=1e-5, rtol=1e-5)

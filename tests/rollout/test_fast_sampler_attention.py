@@ -112,10 +112,24 @@ def test_sdpa_greedy_tokens_equal_matmul_and_reference_sampler(policy):
 
 def test_decode_attention_is_checked_and_reaches_fast_sampler_for(policy):
     model, tok = policy
-    assert FastSampler(model, stop_ids=(EOT,), pad_id=0).decode_attention == "matmul"  # today's default
+    assert FastSampler(model, stop_ids=(EOT,), pad_id=0).decode_attention == "matmul"  # the CPU's default
     assert fast_sampler_for(model, tok, decode_attention="sdpa").decode_attention == "sdpa"
     with pytest.raises(ValueError, match="decode_attention"):
         FastSampler(model, stop_ids=(EOT,), pad_id=0, decode_attention="flash")
+
+
+def test_default_form_is_triton_on_cuda_from_ampere_where_triton_imports(monkeypatch):
+    """decode_attention.default_form: "triton" on CUDA of compute capability >= 8.0 with triton, else "matmul"
+    (the CPU, older GPUs, no triton). The CUDA answers are asked of a patched device query, so they hold here."""
+    from agentrl.rollout import decode_attention, triton_decode
+
+    assert decode_attention.default_form("cpu") == "matmul"
+    monkeypatch.setattr(triton_decode, "available", lambda: True)
+    for capability, want in (((9, 0), "triton"), ((8, 0), "triton"), ((7, 5), "matmul")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert decode_attention.default_form("cuda:0") == want, capability
+    monkeypatch.setattr(triton_decode, "available", lambda: False)
+    assert decode_attention.default_form(torch.device("cuda", 0)) == "matmul"
 
 
 def _two_turn_rows(model, tok, attention):

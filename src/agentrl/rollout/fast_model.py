@@ -262,6 +262,11 @@ def prefill_slots(arch: Arch, st: SlotState, rope: tuple[torch.Tensor, torch.Ten
     remainder S; a pad query writes its KV to a scratch column past the widest context and its output is
     dropped. Each query attends to the row's columns up to its own. Rows run `per` at a time so that at most
     about `prefill_tokens` queries (and prefill_tokens * 2048 query-key pairs) are alive.
+
+    A forward whose rows all start at column 0 (fresh contexts, nothing kept) attends over the keys it has just
+    computed with one causal SDPA call (GQA through `enable_gqa`, no mask: the flash kernel on CUDA): a real query
+    j sees keys 0..j, all of them its own row's tokens, so the result is the masked call's over the cache up to
+    rounding. Rows that extend kept KV read the cache with an explicit mask.
     """
     dev = st.lens.device
     n = len(contexts)
@@ -295,9 +300,10 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
     qpos = qcol.clamp(max=width - 1)
     cos, sin = rope[0][qpos][:, None], rope[1][qpos][:, None]  # [b, 1, S, D]
     kcol = torch.arange(width + 1, device=dev)
-    att = (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)  # [b, S, W + 1]
     widx = wcol[:, None, :, None].expand(b, arch.n_kv, window, arch.head_dim)
     g = arch.n_heads // arch.n_kv
+    fresh = not any(starts)  # every row's keys are this forward's: causal attention over k, v themselves
+    att = None if fresh else (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)  # [b, S, W+1]
     h = arch.embed(ids)
     for li, layer in enumerate(arch.layers):
         a = layer.self_attn
@@ -310,8 +316,11 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
             vc = st.v[li][:, :, : width + 1].index_select(0, idx)
         kc.scatter_(2, widx, k)
         vc.scatter_(2, widx, v)
-        o = F.scaled_dot_product_attention(q, kc.repeat_interleave(g, 1), vc.repeat_interleave(g, 1),
-                                           attn_mask=att[:, None], scale=arch.scaling)
+        if fresh:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=arch.scaling, enable_gqa=g > 1)
+        else:
+            o = F.scaled_dot_product_attention(q, kc.repeat_interleave(g, 1), vc.repeat_interleave(g, 1),
+                                               attn_mask=att[:, None], scale=arch.scaling)
         if not contiguous:
             st.k[li][:, :, : width + 1].index_copy_(0, idx, kc)
             st.v[li][:, :, : width + 1].index_copy_(0, idx, vc)

@@ -25,7 +25,8 @@ place) and the next call's context that extends it token for token (the episode'
 that slot from where the kept KV ends; only when a slot must be reused within a call (more requests than slots) is a kept row's KV
 cloned out first.
 
-Decode attention (`decode_attention`: "matmul", the default, "sdpa", "sdpa_gqa", "flex", "triton"): see
+Decode attention (`decode_attention`: "matmul", "sdpa", "sdpa_gqa", "flex", "triton"; by default "triton" on
+CUDA where triton runs, else "matmul", decode_attention.default_form): see
 agentrl.rollout.decode_attention; prefill is the same for all. Each layer's decode step is
 agentrl.rollout.decode_layer's: with compile_decode, its parts before and after attention are compiled, while the
 KV-cache write and the attention stay eager ("flex" attention compiled on its own).
@@ -50,7 +51,7 @@ from typing import Any
 
 import torch
 
-from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, key_mask
+from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, default_form, key_mask
 from agentrl.rollout.decode_layer import decode_layer, layer_fns
 from agentrl.rollout.fast_model import (
     SlotState,
@@ -130,9 +131,10 @@ class FastSampler:
         kv_store_tokens: cap on tokens kept by keep_kv (default: the static cache's rows x columns).
         bucket_sizes: the batch sizes live rows may be compacted into (each its own CUDA graph per span;
             default DEFAULT_BUCKETS, powers of two from 8).
-        decode_attention: "matmul" (default), "sdpa", "sdpa_gqa", "flex" or "triton": how a decode step attends
-            over the static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to
-            rounding. "flex" implies compile_decode (FlexAttention is fused only under torch.compile); "triton"
+        decode_attention: "matmul", "sdpa", "sdpa_gqa", "flex" or "triton": how a decode step attends over the
+            static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to rounding.
+            None (default): decode_attention.default_form(the model's device), "triton" on CUDA (compute
+            capability >= 8.0) where triton imports, else "matmul". "flex" implies compile_decode (FlexAttention is fused only under torch.compile); "triton"
             (a split-KV kernel reading only each row's keys) needs the triton package and CUDA (or Triton's
             interpreter), else ValueError.
         compile_decode: each decoder layer's step around its attention through torch.compile: one compiled
@@ -172,13 +174,12 @@ class FastSampler:
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
                  keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
-                 bucket_sizes: tuple[int, ...] | None = None, decode_attention: str = "matmul",
+                 bucket_sizes: tuple[int, ...] | None = None, decode_attention: str | None = None,
                  compile_decode: bool = False, admit_rows: int | None = None,
                  release_kv: bool | str | None = None):
-        if decode_attention not in DECODE_ATTENTION:
-            raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION}, "
+        if decode_attention is not None and decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION} or None, "
                              f"got {decode_attention!r}")
-        self.decode_attention = decode_attention
         if max_batch < 1 or prefill_tokens < 1 or check_every < 1 or length_multiple < 1:
             raise ValueError("FastSampler: max_batch, prefill_tokens, check_every, length_multiple must be >= 1")
         sizes = DEFAULT_BUCKETS if bucket_sizes is None else tuple(bucket_sizes)
@@ -189,6 +190,9 @@ class FastSampler:
         self.model, self.cfg, self.pad_id = model, cfg, int(pad_id)
         self.arch = arch_of(model)
         self.device = next(model.parameters()).device
+        if decode_attention is None:
+            decode_attention = default_form(self.device)
+        self.decode_attention: str = decode_attention
         if decode_attention == "triton":  # a clear ValueError now rather than a failed first rollout
             from agentrl.rollout.triton_decode import check_device
 
