@@ -170,11 +170,13 @@ def sdpa_backends(model, device: str, batch: int = 64, length: int = 1152) -> st
     return f"SDPA backends accepting the decode call (batch {batch}, {length} keys): " + "; ".join(out)
 
 
-def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = False, decode_attention: str = "matmul",
-                 use_cuda_graphs: bool | None = None, compile_decode: bool = False) -> FastSampler:
+def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = False,
+                 decode_attention: str | None = None, use_cuda_graphs: bool | None = None,
+                 compile_decode: bool = False) -> FastSampler:
     """The measured runs' FastSampler: no stop ids, `batch` slots, `steps` tokens per row unless a call gives
     budgets, CUDA graphs as FastSampler decides (on for a CUDA model) unless `use_cuda_graphs` says, the decode
-    step's layers compiled around their attention with `compile_decode`."""
+    step's layers compiled around their attention with `compile_decode`, FastSampler's decode attention unless
+    `decode_attention` names one."""
     return FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps), max_batch=batch,
                        keep_kv=keep_kv, decode_attention=decode_attention, use_cuda_graphs=use_cuda_graphs,
                        compile_decode=compile_decode)

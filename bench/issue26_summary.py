@@ -38,7 +38,7 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "update": ("bench_update", {"5": "5"}),
 }
 BF16_ONLY = ("step", "step_tok", "update")
-HF_VARIANTS: tuple[str, ...] = ()  # variant parts that also run plain generate (their end-to-end figure counts)
+HF_VARIANTS = ("rollout_compiled",)  # variant parts that also run plain generate (their end-to-end figure counts)
 REAL_MODELS = {"coder05": "Qwen2.5-Coder-0.5B", "coder15": "Qwen2.5-Coder-1.5B"}
 STEP_LIMIT_S = {"coder05": None, "coder15": 10.0}  # issue 26 item 6: the 1.5B's coding-tools step <= 10 s
 

@@ -12,7 +12,8 @@
 #             attention, elementwise/other) and by code region, wall ms per decode step with graphs off and on, the
 #             bound's ms per step, the profiler's top-30 table (profile_profile.txt; figures in profile.json's
 #             "profile")
-#   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 with each
+#   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 / 128 (plain
+#             generate at 128: the end-to-end figure of the compiled step) with each
 #             decoder layer's step compiled around its attention before capture: one torch.compile'd function before
 #             attention (norm, q/k/v, q/k norms, RoPE), one after (o_proj, MLP, residual adds), each shared by all
 #             layers (fusing ~50 small kernels a layer); the KV write and the attention stay eager
@@ -23,6 +24,8 @@
 #   attention   bench_decode_attention.py: one decode step's attention alone (28 layers' caches, one CUDA graph) per
 #             form and Triton tile at 64 / 256, as a fraction of reading the live KV once; attention_ragged: row
 #             lengths uniform in [128, 1024] (reported; picks the Triton tile)
+#   profile_prefill   bench/profile_prefill.py: where a batch-128 call's prefill (128 x 1024 tokens) spends its time,
+#             by kernel, against the GEMMs' and attention's FLOP bounds (the end-to-end figure pays it once per call)
 #   logprob   bench_rollout.py --dtype fp32 --check-only: sampler vs plain-forward log-probs in fp32 (item 4)
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
@@ -144,11 +147,13 @@ else
   # last part cut; PARTS=profile runs it alone
   part profile 60 bench_rollout "${QWEN3[@]}" --batches 64 --skip-hf --no-check --steps 32 --repeats 1 \
     --profile-steps 16 --decode-attention "${ATT[0]}"
+  # profile_prefill: the prefill of rollout's batch-128 call (one 1-token call) by kernel, against its FLOP bounds
+  part profile_prefill 60 profile_prefill "${QWEN3[@]}" --batch 128 --ctx 1024
   # rollout_compiled: the decode step's layers compiled around the eager KV write and attention, before capture
-  # (FastSampler compile_decode): the same rows as rollout's first attention at 64 / 256; the warm-up call compiles
-  # (an estimate: 60-90 s)
-  part rollout_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
-    --compile-decode --decode-attention "${ATT[0]}"
+  # (FastSampler compile_decode): the same rows as rollout's first attention at 64 / 256 / 128 with plain generate at
+  # 128; the first warm-up call compiles (2026-12-04: 11.5 s; the part took 47 s without the 128 row)
+  part rollout_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --no-check --steps 128 \
+    --repeats 1 --compile-decode --decode-attention "${ATT[0]}"
   # rollout_flex: FlexAttention's decoding kernel (split-KV, GQA, row lengths as a score mod), compiled on its own
   part rollout_flex 120 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --decode-attention flex

@@ -27,8 +27,8 @@ lengths live in the mask tensor) and equal up to float rounding (tests/rollout/t
   must be one contiguous run of columns per row (FastSampler's are prefixes). FastSampler's default on CUDA
   devices of compute capability 8.0 or later when triton imports: on the H200 (results/bench/
   issue26_h200_2026-12-04) 28 layers' attention of a decode step at batch 64 / 256 (ctx 1024, bf16) took
-  1.95 / 6.98 ms, 0.90 / 1.00 of reading the live KV once at 4.3 TB/s, against matmul's 3.13 / 10.0 ms and
-  sdpa's 3.08 / 12.0 ms; with ragged rows 0.75 / 0.92 against sdpa's 0.30 / 0.33.
+  1.97 / 7.16 ms, 0.89 / 0.98 of reading the live KV once at 4.3 TB/s, against matmul's 3.12 / 9.99 ms and
+  sdpa's 3.08 / 12.06 ms; with ragged rows 0.75 / 0.92 against sdpa's 0.30 / 0.33.
 """
 
 from __future__ import annotations
