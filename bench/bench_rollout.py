@@ -278,6 +278,19 @@ REGIONS = {  # record_function ranges inside a decode step (region_labels) -> wh
 }
 
 
+def kernel_times(prof, cuda: bool, skip: frozenset[str] | set[str] = frozenset()) -> list[tuple[str, float]]:
+    """(name, us) of every timed event of a finished torch.profiler run: on CUDA each kernel, memcpy and memset
+    (not the GPU-side copies of record_function ranges, user annotations, nor names in `skip`); on the CPU each
+    op's and range's self CPU time."""
+    from torch.autograd import DeviceType
+
+    events = [e for e in prof.events() if not e.is_async]
+    if cuda:
+        return [(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == DeviceType.CUDA
+                and not getattr(e, "is_user_annotation", False) and e.name not in skip]
+    return [(e.name, e.self_cpu_time_total) for e in events if e.device_type == DeviceType.CPU]
+
+
 def kernel_bucket(name: str) -> str:
     """The KERNEL_BUCKETS bucket of a kernel (or, on the CPU, aten op) name."""
     n = name.lower()
@@ -405,12 +418,7 @@ def profile_decode(model, args, batch: int, attention: str, measured: dict | Non
         raise RuntimeError(f"profile: the profiled call ran no decode step (budget {n + 1} per row)")
 
     events = [e for e in prof.events() if not e.is_async]
-    if cuda:  # kernels, memcpy, memset; not the GPU-side copies of record_function ranges (user annotations)
-        labels = {STEP_LABEL, *REGIONS}
-        timed_events = [(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == DeviceType.CUDA
-                        and not getattr(e, "is_user_annotation", False) and e.name not in labels]
-    else:
-        timed_events = [(e.name, e.self_cpu_time_total) for e in events if e.device_type == DeviceType.CPU]
+    timed_events = kernel_times(prof, cuda, {STEP_LABEL, *REGIONS})
     total_us = sum(us for _, us in timed_events)
     per_step = 1e-3 / steps  # us in the window -> ms per decode step
     device_ms = total_us * per_step

@@ -16,7 +16,7 @@ import sys
 import time
 
 from _common import free, make_model, model_name, sync, timed, write_out
-from bench_rollout import BUCKETS, kernel_bucket, make_contexts, make_sampler
+from bench_rollout import BUCKETS, kernel_bucket, kernel_times, make_contexts, make_sampler
 
 import agentrl.rollout.fast_sampler as fast_sampler
 from agentrl.models.device import DEVICE_HELP, DTYPE_HELP, dtype_arg, resolve_device
@@ -32,7 +32,6 @@ def main() -> int:
     p.add_argument("--ctx", type=int, default=1024)
     p.add_argument("--tflops", type=float, default=790.0, help="dense bf16 TFLOP/s of the device (H200: ~790)")
     args = p.parse_args()
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
@@ -68,12 +67,7 @@ def main() -> int:
     with prof:
         fs(ctxs, budgets)
         sync(args.device)
-    events = [e for e in prof.events() if not e.is_async]
-    if cuda:
-        timed_ev = [(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == DeviceType.CUDA
-                    and not getattr(e, "is_user_annotation", False)]
-    else:
-        timed_ev = [(e.name, e.self_cpu_time_total) for e in events if e.device_type == DeviceType.CPU]
+    timed_ev = kernel_times(prof, cuda)
     by_bucket = dict.fromkeys(BUCKETS, 0.0)
     by_name: dict[str, list] = {}
     for name, us in timed_ev:

@@ -115,7 +115,8 @@ if [ -n "${SMOKE:-}" ]; then
     --decode-attention "${ATT[0]}"
   part rollout_flex 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention flex
   # the Triton kernel in the interpreter (~30 s); its log-prob check takes minutes there, and the CPU tests check
-  # the same agreement (tests/rollout/test_fast_sampler_attention.py), so its check is left to the GPU run (the logprob part)
+  # the same agreement (tests/rollout/test_fast_sampler_attention.py), so its check is left to the GPU run (the
+  # logprob part)
   if "$PY" -c "import triton" 2>/dev/null; then
     part rollout_triton 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --no-check --decode-attention triton
     part attention 300 bench_decode_attention --batches 3 --ctx 40 --steps 8 --layers 2 --iters 2 \

@@ -299,11 +299,13 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
     wcol = torch.where(qvalid, qcol, torch.full_like(qcol, width))  # pad queries write the scratch column
     qpos = qcol.clamp(max=width - 1)
     cos, sin = rope[0][qpos][:, None], rope[1][qpos][:, None]  # [b, 1, S, D]
-    kcol = torch.arange(width + 1, device=dev)
     widx = wcol[:, None, :, None].expand(b, arch.n_kv, window, arch.head_dim)
     g = arch.n_heads // arch.n_kv
     fresh = not any(starts)  # every row's keys are this forward's: causal attention over k, v themselves
-    att = None if fresh else (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)  # [b, S, W+1]
+    att = None  # [b, S, W + 1]: each query's keys in the cache (rows extending kept KV)
+    if not fresh:
+        kcol = torch.arange(width + 1, device=dev)
+        att = (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)
     h = arch.embed(ids)
     for li, layer in enumerate(arch.layers):
         a = layer.self_attn

@@ -134,9 +134,9 @@ class FastSampler:
         decode_attention: "matmul", "sdpa", "sdpa_gqa", "flex" or "triton": how a decode step attends over the
             static cache (agentrl.rollout.decode_attention). All give the same tokens and log-probs up to rounding.
             None (default): decode_attention.default_form(the model's device), "triton" on CUDA (compute
-            capability >= 8.0) where triton imports, else "matmul". "flex" implies compile_decode (FlexAttention is fused only under torch.compile); "triton"
-            (a split-KV kernel reading only each row's keys) needs the triton package and CUDA (or Triton's
-            interpreter), else ValueError.
+            capability >= 8.0) where triton imports, else "matmul". "flex" implies compile_decode (FlexAttention
+            is fused only under torch.compile); "triton" (a split-KV kernel reading only each row's keys) needs the
+            triton package and CUDA (or Triton's interpreter), else ValueError.
         compile_decode: each decoder layer's step around its attention through torch.compile: one compiled
             function for the part before attention (norm, projections, RoPE) and one for the part after (o_proj,
             MLP, residual adds), each shared by every layer; the KV-cache write and the attention ("flex": compiled
