@@ -56,6 +56,8 @@ from agentrl.rollout.decode_attention import default_form
 from agentrl.rollout.fast_sampler import DECODE_ATTENTION, FastSampler
 from agentrl.rollout.hf_sampler import SamplingConfig
 
+TRI = {"default": None, "on": True, "off": False}  # --compile-decode / --fuse-projections -> FastSampler's argument
+
 
 def make_contexts(batch: int, ctx: int, vocab: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
@@ -172,25 +174,26 @@ def sdpa_backends(model, device: str, batch: int = 64, length: int = 1152) -> st
 
 def make_sampler(model, batch: int, steps: int, pad_id: int, keep_kv: bool = False,
                  decode_attention: str | None = None, use_cuda_graphs: bool | None = None,
-                 compile_decode: bool = False) -> FastSampler:
+                 compile_decode: bool | None = None, fuse_projections: bool | None = None) -> FastSampler:
     """The measured runs' FastSampler: no stop ids, `batch` slots, `steps` tokens per row unless a call gives
-    budgets, CUDA graphs as FastSampler decides (on for a CUDA model) unless `use_cuda_graphs` says, the decode
-    step's layers compiled around their attention with `compile_decode`, FastSampler's decode attention unless
-    `decode_attention` names one."""
+    budgets; CUDA graphs, decode attention, compile_decode and fuse_projections as FastSampler decides (None) unless
+    the argument says."""
     return FastSampler(model, stop_ids=(), pad_id=pad_id, cfg=SamplingConfig(max_new_tokens=steps), max_batch=batch,
                        keep_kv=keep_kv, decode_attention=decode_attention, use_cuda_graphs=use_cuda_graphs,
-                       compile_decode=compile_decode)
+                       compile_decode=compile_decode, fuse_projections=fuse_projections)
 
 
 def run_ours(model, contexts, steps, pad_id, repeats: int, device: str, keep_kv: bool = False,
-             decode_attention: str = "matmul", compile_decode: bool = False) -> tuple[float, float, float, int]:
+             decode_attention: str = "matmul", compile_decode: bool | None = None,
+             fuse_projections: bool | None = None) -> tuple[float, float, float, int]:
     """(median wall s of `repeats` full runs after one warm-up run, wall s of a prefill-only run, wall s of the
     warm-up run (the cache's allocation, compile_decode's compile, the CUDA graphs' capture), bytes of static KV
     cache held outside PyTorch's allocator after the runs (release_kv's VMM buffers: `peak_gib` misses them)).
 
     keep_kv off by default: a kept row's KV is cloned out of the static cache when it finishes (the multi-turn
     reuse bench_reuse.py measures), a copy of every row's whole context per call that is not decoding."""
-    fs = make_sampler(model, len(contexts), steps, pad_id, keep_kv, decode_attention, compile_decode=compile_decode)
+    fs = make_sampler(model, len(contexts), steps, pad_id, keep_kv, decode_attention, compile_decode=compile_decode,
+                      fuse_projections=fuse_projections)
     budgets = [steps] * len(contexts)
     _, warm_s = timed(lambda: fs(contexts, budgets), device)  # allocates the cache, compiles, captures the graphs
     times = [timed(lambda: fs(contexts, budgets), device)[1] for _ in range(repeats)]
@@ -224,7 +227,8 @@ def one_batch(model, args, batch: int, table: Table, attention: str = "matmul", 
     free(args.device)
     try:
         ours_s, ours_pre, warm_s, kv_outside = run_ours(model, ctxs, args.steps, pad_id, args.repeats, args.device,
-                                                        args.keep_kv, attention, compile_decode=args.compile_decode)
+                                                        args.keep_kv, attention, compile_decode=args.compile_decode,
+                                                        fuse_projections=args.fuse_projections)
         row.update(ours_tok_s=n_tok / ours_s, ours_dec_tok_s=batch * (args.steps - 1) / max(ours_s - ours_pre, 1e-9),
                    ours_peak_gib=peak_gib(args.device) + kv_outside / 2**30, warm_s=warm_s)
     except Exception as e:  # noqa: BLE001 - one configuration failing must not end the table
@@ -370,7 +374,7 @@ def profile_decode(model, args, batch: int, attention: str, measured: dict | Non
     budgets = [n + 1] * batch
     free(args.device)
     fs = make_sampler(model, batch, n + 1, pad_id, args.keep_kv, attention, use_cuda_graphs=False,
-                      compile_decode=args.compile_decode)
+                      compile_decode=args.compile_decode, fuse_projections=args.fuse_projections)
     fs(ctxs, budgets)  # warm-up: allocates the cache, first kernels
     clock: dict = {"steps": 0, "first": None}
     decode_step = fs._decode_step
@@ -528,10 +532,13 @@ def main() -> int:
                    default=["default"], help="FastSampler decode_attention values, one row each per batch "
                    "(plain generate runs once per batch, beside the first); default: FastSampler's default on the "
                    "device (decode_attention.default_form: triton on CUDA where it runs, else matmul)")
-    p.add_argument("--compile-decode", dest="compile_decode", action="store_true",
-                   help="FastSampler compile_decode: each layer's step around its (eager) KV write and "
+    p.add_argument("--compile-decode", dest="compile_decode", nargs="?", const="on", default="default",
+                   choices=TRI, help="FastSampler compile_decode: each layer's step around its (eager) KV write and "
                    "attention through torch.compile, then captured (fuses the ~45 small kernels a layer; the "
-                   "warm-up call compiles)")
+                   "warm-up call compiles); default: FastSampler's (on for CUDA); bare: on")
+    p.add_argument("--fuse-projections", dest="fuse_projections", default="default", choices=TRI,
+                   help="FastSampler fuse_projections: q/k/v and gate/up one GEMM each; default: FastSampler's "
+                   "(on for CUDA)")
     p.add_argument("--no-check", dest="no_check", action="store_true")
     p.add_argument("--check-only", dest="check_only", action="store_true",
                    help="only the log-prob check (one row per --decode-attention; e.g. with --dtype fp32)")
@@ -544,11 +551,17 @@ def main() -> int:
     if args.profile_steps < 0:
         p.error("--profile-steps must be >= 0")
     default_att = default_form(args.device)
+    cuda = str(args.device).startswith("cuda")
+    args.compile_decode, args.fuse_projections = TRI[args.compile_decode], TRI[args.fuse_projections]
     args.decode_attention = list(dict.fromkeys(default_att if a == "default" else a for a in args.decode_attention))
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     meta = device_meta(args.device) | {"model": model_name(args.config), "dtype": args.dtype, "params_GB": round(param_bytes(model) / 1e9, 3),
                                       "kv_bytes_per_token": kv_bytes_per_token(model), "bw_TBs": args.bw_tbs,
-                                      "keep_kv": args.keep_kv, "compile_decode": args.compile_decode,
+                                      "keep_kv": args.keep_kv,
+                                      # the settings in force (None: FastSampler's default, on for CUDA)
+                                      "compile_decode": cuda if args.compile_decode is None else args.compile_decode,
+                                      "fuse_projections": cuda if args.fuse_projections is None
+                                      else args.fuse_projections,
                                       "decode_attention": "/".join(args.decode_attention),
                                       "default_attention": default_att,
                                       # fp32 agreement needs full-fp32 GEMMs: what this process would use

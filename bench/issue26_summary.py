@@ -29,7 +29,8 @@ from issue15_summary import summary_main  # noqa: E402
 # but for the logprob part, so the fp32 figures the update and step benchmarks also name are left out.
 PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "rollout": ("bench_rollout", {"1": "1", "4": "4"}),
-    "rollout_compiled": ("bench_rollout", {"1": "1"}),  # the decode layer compiled (FastSampler compile_decode)
+    "rollout_eager": ("bench_rollout", {"1": "1"}),  # the layers' own modules, eager (the default before 2026-12-04)
+    "rollout_unfused": ("bench_rollout", {"1": "1"}),  # compiled regions, projections not fused
     "rollout_flex": ("bench_rollout", {"1": "1"}),  # decode_attention flex (compiled layer, FlexAttention)
     "logprob": ("bench_rollout", {"4": "4"}),
     "ragged": ("bench_ragged", {"4": "2"}),
@@ -38,7 +39,7 @@ PARTS: dict[str, tuple[str, dict[str, str]]] = {
     "update": ("bench_update", {"5": "5"}),
 }
 BF16_ONLY = ("step", "step_tok", "update")
-HF_VARIANTS = ("rollout_compiled",)  # variant parts that also run plain generate (their end-to-end figure counts)
+HF_VARIANTS = ("rollout_eager",)  # variant parts that also run plain generate (their end-to-end figure counts)
 REAL_MODELS = {"coder05": "Qwen2.5-Coder-0.5B", "coder15": "Qwen2.5-Coder-1.5B"}
 STEP_LIMIT_S = {"coder05": None, "coder15": 10.0}  # issue 26 item 6: the 1.5B's coding-tools step <= 10 s
 

@@ -2,23 +2,21 @@
 # Issue 26's GPU figures, at most 9 minutes per call on an H200 (all parts: two calls with PARTS, bench/README.md): the parts end by DEADLINE_S - 15 s from the
 # start (default 540 s; each part has its own limit, cut to fit), then the summary (limit 30 s, ~10 s). Qwen3-0.6B
 # (the shared config) unless the part says otherwise; every model has random weights, bf16 unless said:
-#   rollout   bench_rollout.py: FastSampler (its default decode_attention, triton on the H200, then matmul) vs plain
-#             generate, batches 64 / 256 / 128 (generate at 128 only): decode-only fraction of the bandwidth bound, end
-#             to end vs generate (item 1), the warm-up call's seconds (compile, capture), the bf16 log-prob check rows
-#             (item 4, reported)
+#   rollout   bench_rollout.py: FastSampler's defaults (on CUDA: triton decode attention, each layer's regions compiled
+#             around the eager KV write and attention for decode and prefill alike, q/k/v and gate/up fused; then the
+#             matmul attention) vs plain generate, batches 64 / 256 / 128 (generate at 128 only): decode-only fraction
+#             of the bandwidth bound, end to end vs generate (item 1), the warm-up call's seconds (compile, capture),
+#             the bf16 log-prob check rows (item 4, reported)
 #   profile   bench_rollout.py --profile-steps 16: why the decode step at batch 64 (ctx 1024, the first of
 #             DECODE_ATTENTION) runs below the bandwidth bound: a 32-step timed row (graphs on), then 16 decode steps
 #             under torch.profiler with CUDA graphs off: device ms per decode step by kernel-name bucket (gemm/matmul,
 #             attention, elementwise/other) and by code region, wall ms per decode step with graphs off and on, the
 #             bound's ms per step, the profiler's top-30 table (profile_profile.txt; figures in profile.json's
 #             "profile")
-#   rollout_compiled   bench_rollout.py --compile-decode: rollout's first-attention rows at 64 / 256 / 128 (plain
-#             generate at 128: the end-to-end figure of the compiled step) with each
-#             decoder layer's step compiled around its attention before capture: one torch.compile'd function before
-#             attention (norm, q/k/v, q/k norms, RoPE), one after (o_proj, MLP, residual adds), each shared by all
-#             layers (fusing ~50 small kernels a layer); the KV write and the attention stay eager
-#             (agentrl.rollout.decode_layer: with the write inside, the compiled layer copied the K/V slices every
-#             layer and step, 0.155 / 0.158 of the bound against eager's 0.251 / 0.285, H200 2026-12-02)
+#   rollout_eager   bench_rollout.py --compile-decode off --fuse-projections off: rollout's first-attention rows at 64 /
+#             256 / 128 (plain generate at 128) with the layers' own modules run eagerly (the default before
+#             2026-12-04: 0.304 / 0.572 of the bound, 8.92x end to end); rollout_unfused: compiled, projections not
+#             fused (64 / 256)
 #   rollout_flex   the same rows with decode_attention flex (FlexAttention's split-KV decoding kernel, compiled on its
 #             own over the read-only cache, between the same compiled regions; 0.159 / 0.115 with the write inside)
 #   attention   bench_decode_attention.py: one decode step's attention alone (28 layers' caches, one CUDA graph) per
@@ -111,8 +109,8 @@ if [ -n "${SMOKE:-}" ]; then
   part rollout 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --hf-batches 5 --decode-attention "${ATT[@]}"
   part profile 300 bench_rollout "${QWEN3[@]}" --batches 3 --ctx 40 --steps 6 --repeats 1 --skip-hf --no-check \
     --profile-steps 4 --decode-attention "${ATT[0]}"
-  part rollout_compiled 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --compile-decode \
-    --decode-attention "${ATT[0]}"
+  part rollout_eager 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --compile-decode off \
+    --fuse-projections off --decode-attention "${ATT[0]}"
   part rollout_flex 300 bench_rollout "${QWEN3[@]}" "${ROLL[@]}" --skip-hf --no-check --decode-attention flex
   # the Triton kernel in the interpreter (~30 s); its log-prob check takes minutes there, and the CPU tests check
   # the same agreement (tests/rollout/test_fast_sampler_attention.py), so its check is left to the GPU run (the
@@ -139,7 +137,7 @@ else
   DEVICE_ARGS=(--device cuda)
   # limits: estimates from the issue-15 H200 runs (results/bench/issue15_h200_2026-12-01*): rollout ~35 s per
   # attention at 128 steps, update ~40 s per (dtype, gc) pair of methods, 2 coding-tools steps + setup ~45 s
-  part rollout 110 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
+  part rollout 150 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --steps 128 --repeats 1 \
     --decode-attention "${ATT[@]}"
   # profile: start and model (~10 s: the logprob part took 18 s), one 32-step row (graphs on) of the first attention,
   # then 3 eager calls of 17 tokens and the profiler's post-processing (16 steps x 28 layers of ops and kernels): an
@@ -150,21 +148,22 @@ else
     --profile-steps 16 --decode-attention "${ATT[0]}"
   # profile_prefill: the prefill of rollout's batch-128 call (one 1-token call) by kernel, against its FLOP bounds
   part profile_prefill 60 profile_prefill "${QWEN3[@]}" --batch 128 --ctx 1024
-  # rollout_compiled: the decode step's layers compiled around the eager KV write and attention, before capture
-  # (FastSampler compile_decode): the same rows as rollout's first attention at 64 / 256 / 128 with plain generate at
-  # 128; the first warm-up call compiles (2026-12-04: 11.5 s; the part took 47 s without the 128 row)
-  part rollout_compiled 150 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --no-check --steps 128 \
-    --repeats 1 --compile-decode --decode-attention "${ATT[0]}"
+  # rollout_eager: the layers' own modules, eager (FastSampler's default before 2026-12-04), the same rows as rollout's
+  # first attention at 64 / 256 / 128 with plain generate at 128; rollout_unfused: compiled regions over the modules
+  part rollout_eager 120 bench_rollout "${QWEN3[@]}" --batches 64 256 128 --hf-batches 128 --no-check --steps 128 \
+    --repeats 1 --compile-decode off --fuse-projections off --decode-attention "${ATT[0]}"
+  part rollout_unfused 90 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 \
+    --repeats 1 --fuse-projections off --decode-attention "${ATT[0]}"
   # rollout_flex: FlexAttention's decoding kernel (split-KV, GQA, row lengths as a score mod), compiled on its own
   part rollout_flex 120 bench_rollout "${QWEN3[@]}" --batches 64 256 --skip-hf --no-check --steps 128 --repeats 1 \
     --decode-attention flex
-  part logprob 25 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
+  part logprob 60 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
   # the attention alone, every form and four Triton tiles (flex compiles: ~30 s); then ragged rows
   part attention 90 bench_decode_attention --batches 64 256 --forms matmul sdpa flex triton \
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
   part attention_ragged 60 bench_decode_attention --batches 64 256 --ragged --forms sdpa triton \
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
-  part ragged 75 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
+  part ragged 90 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)
   part update 110 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive \
@@ -178,9 +177,9 @@ else
     --release-kv default off
   # kv_release: the driver's cost of giving the 12.25 GiB cache back and taking it again (release_kv vmm)
   part kv_release 40 bench_kv_release
-  part rollout_coder05 30 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
+  part rollout_coder05 60 bench_rollout "${C05[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
     --decode-attention "${ATT[0]}"
-  part rollout_coder15 35 bench_rollout "${C15[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
+  part rollout_coder15 60 bench_rollout "${C15[@]}" --batches 64 256 --skip-hf --steps 128 --repeats 1 --no-check \
     --decode-attention "${ATT[0]}"
   part update_coder05 35 bench_update "${C05[@]}" --dtypes bf16 --gc off --methods packed
   part update_coder15 40 bench_update "${C15[@]}" --dtypes bf16 --gc off --methods packed

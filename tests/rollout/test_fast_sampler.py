@@ -227,7 +227,8 @@ def test_a_failed_graph_capture_turns_graphs_off_and_raises(policy, monkeypatch,
 def test_compiled_decode_step_samples_what_the_eager_one_does(policy):
     """compile_decode (each layer's regions around its attention through torch.compile; cache write, attention and
     sampling eager): the same tokens and log-probs as the eager step for the same seed (fp32), across chunked checks,
-    ragged budgets, growing spans and a compaction from 4 rows to 2, with one graph per compiled region for all of it:
+    ragged budgets, growing spans and a compaction from 4 rows to 2, with two graphs per compiled region for all of
+    it, one for the prefill's [b, S] queries and one for a decode step's single one (dynamo specializes a size of 1):
     no recompile per layer (the first layer's input is no different), per span (the regions never see the cache)
     or per batch bucket (dynamic), and no graph break."""
     from torch._dynamo.utils import counters
@@ -246,7 +247,8 @@ def test_compiled_decode_step_samples_what_the_eager_one_does(policy):
     assert [s.ids for s in got] == [s.ids for s in eager]
     assert max(abs(a - b) for s, e in zip(got, eager, strict=True) for a, b in zip(s.logprobs, e.logprobs, strict=True)) < 1e-4
     assert len(model.model.layers) >= 2 and not counters["graph_break"]
-    assert counters["stats"]["unique_graphs"] == 2 and counters["frames"]["total"] == 2  # pre_ and post_attention
+    assert counters["stats"]["unique_graphs"] == 4  # pre_ and post_attention, each for prefill and for decode
+    assert counters["frames"]["total"] == 4
 
 
 def test_fresh_prefill_equals_prefill_over_a_kept_prefix(policy):
@@ -274,3 +276,55 @@ def test_fresh_prefill_equals_prefill_over_a_kept_prefix(policy):
     for s, c in zip(slots, ctxs, strict=True):
         for cache_w, cache_s in zip((*whole.k, *whole.v), (*split.k, *split.v), strict=True):
             torch.testing.assert_close(cache_s[s, :, :len(c)], cache_w[s, :, :len(c)], atol=1e-5, rtol=1e-5)
+
+
+def test_fused_projections_sample_what_the_modules_do_and_follow_the_weights(policy):
+    """fuse_projections (q/k/v and gate/up each one GEMM over a copy of the weights): the same tokens and log-probs
+    as the layers' own modules for the same seed (fp32), prefill and decode; after an in-place change of the weights
+    (an optimizer step) the next call copies them again in place (same addresses, so captured graphs stay valid)
+    and samples what a sampler built on the new weights samples."""
+    import copy
+
+    model, tok = policy
+    model = copy.deepcopy(model)  # its weights change below
+    ctx, budgets = contexts(tok, 5), [9, 2, 9, 5, 7]
+    kw = dict(stop_ids=(EOT,), pad_id=tok.pad_token_id, check_every=3, length_multiple=8)
+
+    def run(fs):
+        torch.manual_seed(3)
+        return fs(ctx, budgets)
+
+    fused = FastSampler(model, fuse_projections=True, **kw)
+    assert fused.fused is not None and fused.fused.nbytes > 0
+    assert FastSampler(model, **kw).fused is None  # default on the CPU: the modules
+    for fresh in (False, True):
+        if fresh:  # the weights move; the fused copies must follow
+            ptrs = [p.qkv.data_ptr() for p in fused.fused.layers]
+            with torch.no_grad():
+                for i, p in enumerate(model.parameters()):
+                    p.add_(torch.randn_like(p) * 0.02, alpha=1 + i % 3)
+        got, want = run(fused), run(FastSampler(model, fuse_projections=False, **kw))
+        assert [s.ids for s in got] == [s.ids for s in want]
+        worst = max(abs(a - b) for s, w in zip(got, want, strict=True) for a, b in zip(s.logprobs, w.logprobs, strict=True))
+        assert worst < 1e-5, worst
+    assert [p.qkv.data_ptr() for p in fused.fused.layers] == ptrs
+    assert not fused.fused.refresh(fused.fused.version)  # unchanged weights: nothing copied
+
+
+def test_fuse_projections_refuses_layers_it_cannot_fuse(policy):
+    """A projection that is not a plain nn.Linear (peft's or a quantizer's wrapper) is not fused: True raises
+    naming the layer, None leaves the modules in use."""
+    import copy
+
+    class Wrapped(torch.nn.Linear):
+        pass
+
+    model, tok = policy
+    model = copy.deepcopy(model)
+    old = model.model.layers[1].self_attn.k_proj
+    wrapped = Wrapped(old.in_features, old.out_features, bias=old.bias is not None)
+    wrapped.load_state_dict(old.state_dict())
+    model.model.layers[1].self_attn.k_proj = wrapped
+    with pytest.raises(ValueError, match="fuse_projections: layer 1"):
+        FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, fuse_projections=True)
+    assert FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id).fused is None

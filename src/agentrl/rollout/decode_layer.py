@@ -26,21 +26,23 @@ from typing import Any
 import torch
 
 from agentrl.rollout.decode_attention import COMPILED_ONLY, attend
-from agentrl.rollout.fast_model import qkv
+from agentrl.rollout.fast_model import Projections, mlp, qkv
 
 
-def pre_attention(layer: Any, h: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """h [b, 1, H] (each row's last token), cos/sin [b, 1, 1, D] (the rows' RoPE rows), all of the model's dtype
-    -> q [b, nh, 1, D], k and v [b, nkv, 1, D]: input RMSNorm, projections, q/k norms (Qwen3), RoPE."""
-    return qkv(layer.self_attn, layer.input_layernorm(h), cos, sin, layer.self_attn.head_dim)
+def pre_attention(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  proj: Projections | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """h [b, L, H] (a decode step: L = 1, each row's last token; a prefill: its S query tokens), cos/sin
+    [b, 1, L, D] (the tokens' RoPE rows), all of the model's dtype -> q [b, nh, L, D], k and v [b, nkv, L, D]:
+    input RMSNorm, projections (one GEMM with the layer's fused `proj`), q/k norms (Qwen3), RoPE."""
+    return qkv(layer.self_attn, layer.input_layernorm(h), cos, sin, layer.self_attn.head_dim, proj)
 
 
-def post_attention(layer: Any, h: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-    """h [b, 1, H] (the layer's input, the residual stream), o [b, 1, nh * D] (attention output, HF head order)
-    -> [b, 1, H]: h + o_proj(o), then its post-attention-normed MLP added (as HF's decoder layer)."""
+def post_attention(layer: Any, h: torch.Tensor, o: torch.Tensor, proj: Projections | None = None) -> torch.Tensor:
+    """h [b, L, H] (the layer's input, the residual stream), o [b, L, nh * D] (attention output, HF head order)
+    -> [b, L, H]: h + o_proj(o), then its post-attention-normed MLP added (as HF's decoder layer; gate and up one
+    GEMM with the layer's fused `proj`)."""
     h = h + layer.self_attn.o_proj(o)
-    return h + layer.mlp(layer.post_attention_layernorm(h))
+    return h + mlp(layer, layer.post_attention_layernorm(h), proj)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def layer_fns(compiled: bool, form: str, device: torch.device, backend: Any = "i
     fuses only compiled ("flex"). `backend` is torch.compile's (tests pass a recording one).
 
     The outer regions have dynamic shapes (the batch bucket; they never see the span), so one graph each serves
-    every layer, bucket and span (one more for a batch of 1, which dynamo specializes), provided every layer gets
+    every layer, bucket and span (one more for a batch of 1, which dynamo specializes, and one more for a prefill's
+    [b, S] queries: FastSampler's prefill forwards run the same regions), provided every layer gets
     the same kind of h: dynamo guards a view's base, so a first layer fed a view (embedding output [:, None]) and
     later layers fed the region's fresh output compile twice. The flex attention region is dynamic too, except on
     the CPU, where FlexAttention's C++ template fails to build with a symbolic key length (torch 2.13:
@@ -79,7 +82,7 @@ def layer_fns(compiled: bool, form: str, device: torch.device, backend: Any = "i
 
 def decode_layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, at: torch.Tensor,
                  kc: torch.Tensor, vc: torch.Tensor, mask: torch.Tensor, form: str, scaling: float,
-                 fns: LayerFns = EAGER) -> torch.Tensor:
+                 fns: LayerFns = EAGER, proj: Projections | None = None) -> torch.Tensor:
     """One decoder layer's decode step: h [b, 1, H] (each row's last token) -> [b, 1, H].
 
     The row's K/V are written in place into kc/vc [b, nkv, span, D] (views of the static cache) at column `at`
@@ -87,8 +90,9 @@ def decode_layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     (agentrl.rollout.decode_attention, form `form`, softmax scale `scaling`); cos/sin [b, 1, 1, D] are the rows'
     RoPE rows. As HF's Qwen3/Qwen2/Llama decoder layer: pre-norm attention and MLP, each added to the residual
     stream. `fns` are the regions' functions (`layer_fns`); the write is never inside one (module docstring).
+    `proj`: the layer's fused projections (agentrl.rollout.fast_model.FusedProjections) or None (its own modules).
     """
-    q, k, v = fns.pre(layer, h, cos, sin)
+    q, k, v = fns.pre(layer, h, cos, sin, proj)
     kc.scatter_(2, at, k)
     vc.scatter_(2, at, v)
-    return fns.post(layer, h, fns.attend(q, kc, vc, mask, form, scaling))
+    return fns.post(layer, h, fns.attend(q, kc, vc, mask, form, scaling), proj)

@@ -12,7 +12,7 @@ request while the other rows go on decoding (continuous batching).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -71,17 +71,116 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def qkv(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int):
+class Projections(NamedTuple):
+    """One decoder layer's input projections each as one matrix (agentrl.rollout.fast_model.FusedProjections):
+    qkv [(nh + 2 nkv) * D, H] (q_proj's rows, then k_proj's, then v_proj's; qkv_bias [(nh + 2 nkv) * D] or None)
+    and gate_up [2 I, H] (gate_proj's rows, then up_proj's; gate_up_bias [2 I] or None), the model's dtype."""
+
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    gate_up: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+
+
+def qkv(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
+        proj: Projections | None = None):
     """x [b, L, H] -> q [b, nh, L, D], k/v [b, nkv, L, D], RoPE applied (HF apply_rotary_pos_emb);
-    cos/sin broadcast against [b, heads, L, D]."""
+    cos/sin broadcast against [b, heads, L, D]. With `proj` the three projections are one GEMM over its fused
+    matrix (the same products, one launch instead of three)."""
     b, length = x.shape[:2]
-    q = attn.q_proj(x).view(b, length, -1, head_dim)
-    k = attn.k_proj(x).view(b, length, -1, head_dim)
+    if proj is None:
+        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+    else:
+        nk = attn.k_proj.out_features
+        y = F.linear(x, proj.qkv, proj.qkv_bias)
+        q, k, v = y.split([y.shape[-1] - 2 * nk, nk, nk], dim=-1)
+    q, k = q.view(b, length, -1, head_dim), k.view(b, length, -1, head_dim)
     if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over the head dim before RoPE
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
-    v = attn.v_proj(x).view(b, length, -1, head_dim).transpose(1, 2)
+    v = v.view(b, length, -1, head_dim).transpose(1, 2)
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+
+def mlp(layer: Any, x: torch.Tensor, proj: Projections | None = None) -> torch.Tensor:
+    """The layer's SiLU-gated MLP on x [b, L, H] -> [b, L, H]: down(act(gate(x)) * up(x)) as HF's Qwen3 / Qwen2 /
+    Llama MLP; with `proj` gate and up are one GEMM over its fused matrix."""
+    m = layer.mlp
+    if proj is None:
+        return m(x)
+    gate, up = F.linear(x, proj.gate_up, proj.gate_up_bias).chunk(2, dim=-1)
+    return m.down_proj(m.act_fn(gate) * up)
+
+
+def _fusable(arch: Arch) -> str:
+    """Why the layers' projections cannot be fused ("" when they can): each of q/k/v_proj and gate/up_proj must be
+    a plain torch.nn.Linear (not wrapped by peft or a quantizer), with biases on all of a group or none, and the
+    MLP must be gate/up/down with an `act_fn` (HF's Llama-family MLP)."""
+    lin = torch.nn.Linear
+    for i, layer in enumerate(arch.layers):
+        a, m = layer.self_attn, layer.mlp
+        groups = ((getattr(a, "q_proj", None), getattr(a, "k_proj", None), getattr(a, "v_proj", None)),
+                  (getattr(m, "gate_proj", None), getattr(m, "up_proj", None)))
+        for group in groups:
+            if any(type(x) is not lin for x in group):
+                return f"layer {i}: {[type(x).__name__ for x in group]} are not all torch.nn.Linear"
+            if len({x.bias is None for x in group}) > 1:
+                return f"layer {i}: biases on some projections of a group only"
+        if type(getattr(m, "down_proj", None)) is not lin or not callable(getattr(m, "act_fn", None)):
+            return f"layer {i}: the MLP is not gate/up/down_proj with an act_fn"
+    return ""
+
+
+class FusedProjections:
+    """Each layer's q/k/v projections and gate/up projections as one matrix each (`Projections`), copied from
+    the model's own weights: a decode step at batch 64 on the H200 launched 225 GEMMs of about 5 us each, two
+    thirds of them these five (results/bench/issue26_h200_2026-12-04, profile_profile.txt); fused, a layer runs
+    4 GEMMs instead of 7. The copies cost memory (Qwen3-0.6B: 0.59 GB in bf16, Qwen2.5-Coder-1.5B: 1.7 GB) and
+    must follow the weights: `refresh(version)` copies them again in place (same addresses, so captured CUDA
+    graphs stay valid) whenever the weights' version tag has changed (agentrl.rollout.prefix_cache.weights_version).
+
+    Raises: ValueError when the model's layers cannot be fused (`_fusable` says why).
+    """
+
+    def __init__(self, arch: Arch):
+        why = _fusable(arch)
+        if why:
+            raise ValueError(f"fuse_projections: {why}")
+        self.arch = arch
+        self.version: Any = None
+        self.layers: list[Projections] = []
+        for layer in arch.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.layers.append(Projections(*_cat(a.q_proj, a.k_proj, a.v_proj), *_cat(m.gate_proj, m.up_proj)))
+
+    def refresh(self, version: Any) -> bool:
+        """Copy the weights again unless `version` is the one last copied. Returns True when it copied."""
+        if version == self.version:
+            return False
+        with torch.no_grad():
+            for layer, p in zip(self.arch.layers, self.layers, strict=True):
+                a, m = layer.self_attn, layer.mlp
+                for dst, mods in ((p.qkv, (a.q_proj, a.k_proj, a.v_proj)), (p.gate_up, (m.gate_proj, m.up_proj))):
+                    torch.cat([x.weight for x in mods], out=dst)
+                for dst, mods in ((p.qkv_bias, (a.q_proj, a.k_proj, a.v_proj)),
+                                  (p.gate_up_bias, (m.gate_proj, m.up_proj))):
+                    if dst is not None:
+                        torch.cat([x.bias for x in mods], out=dst)
+        self.version = version
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the fused copies."""
+        return sum(t.numel() * t.element_size() for p in self.layers for t in p if t is not None)
+
+
+def _cat(*mods: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight rows of `mods` stacked, their biases stacked or None): fresh tensors, detached."""
+    with torch.no_grad():
+        w = torch.cat([m.weight for m in mods]).detach()
+        b = None if mods[0].bias is None else torch.cat([m.bias for m in mods]).detach()
+    return w, b
 
 
 def rope_tables(arch: Arch, positions: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,7 +352,8 @@ class SlotState:
 
 
 def prefill_slots(arch: Arch, st: SlotState, rope: tuple[torch.Tensor, torch.Tensor], slots: list[int],
-                  contexts: list[list[int]], starts: list[int], pad_id: int, prefill_tokens: int) -> torch.Tensor:
+                  contexts: list[list[int]], starts: list[int], pad_id: int, prefill_tokens: int, fns: Any = None,
+                  proj: list[Projections] | None = None) -> torch.Tensor:
     """Prefill `contexts` into cache rows `slots`, left-aligned (token i in column i); row i's columns
     [0, starts[i]) already hold the KV of contexts[i][:starts[i]] (kept in place or copied there), so only its
     tokens from starts[i] on are run. Returns [n, V] logits of each context's last token (model dtype).
@@ -267,6 +367,10 @@ def prefill_slots(arch: Arch, st: SlotState, rope: tuple[torch.Tensor, torch.Ten
     computed with one causal SDPA call (GQA through `enable_gqa`, no mask: the flash kernel on CUDA): a real query
     j sees keys 0..j, all of them its own row's tokens, so the result is the masked call's over the cache up to
     rounding. Rows that extend kept KV read the cache with an explicit mask.
+
+    Each layer's parts before and after its attention are `fns`'s (agentrl.rollout.decode_layer.LayerFns, default
+    its EAGER; the sampler's compiled regions with compile_decode, traced once more for a prefill's [b, S] shapes),
+    fed the layer's fused projections `proj[layer]` when given (FusedProjections).
     """
     dev = st.lens.device
     n = len(contexts)
@@ -280,12 +384,13 @@ def prefill_slots(arch: Arch, st: SlotState, rope: tuple[torch.Tensor, torch.Ten
         ids = torch.full((r1 - r0, window), pad_id, dtype=torch.long)
         for i in range(r0, r1):
             ids[i - r0, : rest[i]] = torch.tensor(contexts[i][starts[i]:], dtype=torch.long)
-        out.append(_prefill_rows(arch, st, rope, slots[r0:r1], ids.to(dev), starts[r0:r1], rest[r0:r1], width))
+        out.append(_prefill_rows(arch, st, rope, slots[r0:r1], ids.to(dev), starts[r0:r1], rest[r0:r1], width,
+                                 fns, proj))
     return torch.cat(out)
 
 
 def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.Tensor, starts: list[int],
-                  rest: list[int], width: int) -> torch.Tensor:
+                  rest: list[int], width: int, fns: Any = None, proj: list[Projections] | None = None) -> torch.Tensor:
     """One forward of `prefill_slots`: ids [b, S] (each row's remaining tokens, padded) -> [b, V] logits."""
     dev = ids.device
     b, window = ids.shape
@@ -306,10 +411,12 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
     if not fresh:
         kcol = torch.arange(width + 1, device=dev)
         att = (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)
+    if fns is None:
+        from agentrl.rollout.decode_layer import EAGER as fns  # decode_layer imports this module
     h = arch.embed(ids)
     for li, layer in enumerate(arch.layers):
-        a = layer.self_attn
-        q, k, v = qkv(a, layer.input_layernorm(h), cos, sin, arch.head_dim)
+        w = proj[li] if proj is not None else None
+        q, k, v = fns.pre(layer, h, cos, sin, w)
         if contiguous:  # views: written in place
             kc = st.k[li][slots[0]: slots[0] + b, :, : width + 1]
             vc = st.v[li][slots[0]: slots[0] + b, :, : width + 1]
@@ -326,8 +433,7 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
         if not contiguous:
             st.k[li][:, :, : width + 1].index_copy_(0, idx, kc)
             st.v[li][:, :, : width + 1].index_copy_(0, idx, vc)
-        h = h + a.o_proj(o.transpose(1, 2).reshape(b, window, -1))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        h = fns.post(layer, h, o.transpose(1, 2).reshape(b, window, -1), w)
     last = h[torch.arange(b, device=dev), n_q - 1]  # [b, H]: each row's last real token
     return arch.head(arch.norm(last))
 

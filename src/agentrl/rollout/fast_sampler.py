@@ -28,8 +28,10 @@ cloned out first.
 Decode attention (`decode_attention`: "matmul", "sdpa", "sdpa_gqa", "flex", "triton"; by default "triton" on
 CUDA where triton runs, else "matmul", decode_attention.default_form): see
 agentrl.rollout.decode_attention; prefill is the same for all. Each layer's decode step is
-agentrl.rollout.decode_layer's: with compile_decode, its parts before and after attention are compiled, while the
-KV-cache write and the attention stay eager ("flex" attention compiled on its own).
+agentrl.rollout.decode_layer's: with compile_decode (the default on CUDA), its parts before and after attention are
+compiled, and the prefill forwards run the same compiled parts, while the KV-cache write and the attention stay
+eager ("flex" attention compiled on its own). With fuse_projections (the default on CUDA) both run each layer's
+q/k/v and gate/up projections as one GEMM each over a copy of those weights (agentrl.rollout.fast_model).
 
 Threads. A graph capture is invalidated by another thread's CUDA allocation or free while it runs (the async
 learner's update beside the opencode policy server's sampler thread did it on the H200, 2026-12-02:
@@ -54,6 +56,7 @@ import torch
 from agentrl.rollout.decode_attention import COMPILED_ONLY, DECODE_ATTENTION, default_form, key_mask
 from agentrl.rollout.decode_layer import decode_layer, layer_fns
 from agentrl.rollout.fast_model import (
+    FusedProjections,
     SlotState,
     arch_of,
     copy_prefixes,
@@ -139,9 +142,15 @@ class FastSampler:
             triton package and CUDA (or Triton's interpreter), else ValueError.
         compile_decode: each decoder layer's step around its attention through torch.compile: one compiled
             function for the part before attention (norm, projections, RoPE) and one for the part after (o_proj,
-            MLP, residual adds), each shared by every layer; the KV-cache write and the attention ("flex": compiled
-            on its own, reading the cache only) stay eager (agentrl.rollout.decode_layer says why). The first calls
-            pay the compile.
+            MLP, residual adds), each shared by every layer and run by the decode steps and the prefill forwards
+            alike; the KV-cache write and the attention ("flex": compiled on its own, reading the cache only) stay
+            eager (agentrl.rollout.decode_layer says why). The first calls pay the compile (H200, Qwen3-0.6B: about
+            12 s for the decode step's regions). None (default): on for a CUDA model, off on the CPU (where
+            inductor's C++ compile costs minutes and the step's cost is the vocabulary, not launches).
+        fuse_projections: decode and prefill through each layer's q/k/v and gate/up projections fused into one
+            matrix each (agentrl.rollout.fast_model.FusedProjections: 4 GEMM launches a layer instead of 7, for
+            a copy of those weights, refreshed in place when the weights change). None (default): on for a CUDA
+            model whose layers allow it, else off; True raises ValueError for layers that cannot be fused.
         release_kv: give the static KV cache's memory back when a rollout ends (`end_rollout`, which run_episodes
             calls before the trainer's update) and take it again on the next call, so the update can use it
             (agentrl.rollout.kv_memory). "vmm": to the device, through CUDA virtual memory management, keeping
@@ -175,8 +184,8 @@ class FastSampler:
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
                  keep_kv: bool = True, share_prompts: bool = True, kv_store_tokens: int | None = None,
                  bucket_sizes: tuple[int, ...] | None = None, decode_attention: str | None = None,
-                 compile_decode: bool = False, admit_rows: int | None = None,
-                 release_kv: bool | str | None = None):
+                 compile_decode: bool | None = None, admit_rows: int | None = None,
+                 release_kv: bool | str | None = None, fuse_projections: bool | None = None):
         if decode_attention is not None and decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"FastSampler: decode_attention must be one of {DECODE_ATTENTION} or None, "
                              f"got {decode_attention!r}")
@@ -236,8 +245,23 @@ class FastSampler:
         if release_kv not in (None, False, "vmm", "allocator"):
             raise ValueError(f"FastSampler: release_kv must be None, a bool, 'vmm' or 'allocator', got {release_kv!r}")
         self.release_kv: str = release_kv or ""
+        if compile_decode is None:
+            compile_decode = self.device.type == "cuda"
         self.compile_decode = bool(compile_decode) or decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
         self._layer_fns = layer_fns(self.compile_decode, decode_attention, self.device)
+        self.fused = self._fused_projections(fuse_projections)
+
+    def _fused_projections(self, fuse: bool | None) -> FusedProjections | None:
+        """The fused projections FastSampler's `fuse_projections` asks for (None: on CUDA where the layers allow)."""
+        if not (fuse or (fuse is None and self.device.type == "cuda")):
+            return None
+        try:
+            return FusedProjections(self.arch)
+        except ValueError as e:
+            if fuse:
+                raise ValueError(f"FastSampler: {e}") from None
+            log.info("FastSampler: projections not fused (%s)", e)
+            return None
 
     # ---------------------------------------------------------------- public
     @torch.no_grad()
@@ -251,7 +275,10 @@ class FastSampler:
                                     "admitted_late", "kept_in_place", "cloned_out", "graph_captures",
                                     "capture_ms", "decode_steps", "decode_row_steps", "host_checks",
                                     "admissions", "kv_alloc_ms", "kv_moved"), 0)
-        self.store.begin(weights_version(self.model) if self.keep_kv else None)
+        version = weights_version(self.model) if self.keep_kv or self.fused is not None else None
+        if self.fused is not None:
+            self.fused.refresh(version)
+        self.store.begin(version if self.keep_kv else None)
         out = self._run(contexts, budgets) if contexts else []
         self.store.finish()
         return out
@@ -374,7 +401,8 @@ class FastSampler:
         h = ar.embed(st.tokens[:b, None])  # [b, 1, H]; not a view (see decode_layer.layer_fns)
         for li, layer in enumerate(ar.layers):
             h = decode_layer(layer, h, cos, sin, at, st.k[li][:b, :, :span], st.v[li][:b, :, :span], mask,
-                             self.decode_attention, ar.scaling, self._layer_fns)
+                             self.decode_attention, ar.scaling, self._layer_fns,
+                             self.fused.layers[li] if self.fused is not None else None)
         return ar.head(ar.norm(h[:, 0]))
 
     def _record(self, b: int, tok: torch.Tensor, logp: torch.Tensor) -> None:
@@ -530,7 +558,8 @@ class FastSampler:
         copy_prefixes(st, *copies)
         self.stats["prefill_tokens"] += sum(len(ctxs[ci]) - p for ci, p in zip(run, starts, strict=True))
         logits = prefill_slots(self.arch, st, self.rope, slots, [ctxs[ci] for ci in run], starts, self.pad_id,
-                               self.prefill_tokens)
+                               self.prefill_tokens, self._layer_fns,
+                               self.fused.layers if self.fused is not None else None)
         if followers:
             copy_prefixes(st, [f for f, _, _ in followers], [lead for _, lead, _ in followers],
                           [m for _, _, m in followers])
