@@ -9,7 +9,8 @@ logits (what the write-up's trainer did). Configurations: the write-up's 8 promp
 off / on. Each
 configuration gets a fresh random-weight model and AdamW; one warm-up update, then --repeats timed updates
 (median tokens/s, max peak). "Above static" = peak minus the memory allocated just before the timed update
-(weights + AdamW state). OOM is reported per row.
+(weights + AdamW state). OOM is reported per row. `--extra-rows default` adds RLConfig's default update as it
+runs on the device (compiled layers on CUDA: compile_layers auto), the row of the "RLConfig's default" targets.
 
     PYTHONPATH=src python bench/bench_update.py --device cuda [--config PATH]
     PYTHONPATH=src python bench/bench_update.py --device cpu --tiny --rows 8 --length 96   # smoke
@@ -86,7 +87,7 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, co
         update.enable_gradient_checkpointing(model)
     model.train()
     batch = make_batch(model, args.rows, args.length, args.prompt, args.segment, args.group, seed=0)
-    if compiled:  # after make_batch's no-grad scoring: the warm-up update then compiles the training graph only
+    if compiled:  # compiled inside the update only (make_batch's scoring ran eager either way)
         update.compile_decoder_layers(model)
     cfg = RLConfig.from_flat(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
@@ -167,22 +168,43 @@ def run_row(args, dtype: str, gc: str) -> dict:
     return row
 
 
-def parse_extra(spec: str) -> tuple[str, str, int, bool]:
-    """DTYPE:GC:MICRO_TOKENS[:compile] -> (dtype, gc, micro_tokens, compiled). Raises ValueError."""
+# the run length the "default" row assumes when RLConfig's compile_layers is "auto": a long run, whose update is
+# measured after the compile has paid for itself (agentrl.rl.update.COMPILE_PAYBACK_STEPS)
+LONG_RUN_STEPS = 1000
+
+
+def default_spec(device: str) -> str:
+    """RLConfig's default update on `device` as an --extra-rows spec: bf16 (the GPU runs'), its checkpointing and
+    token budget, and `:compile` where its compile_layers resolves on there for a long run (the trainer's own
+    agentrl.rl.update.resolve_compile_layers: on CUDA with "auto"), e.g. bf16:on:16384:compile."""
+    cfg = RLConfig()
+    u = cfg.update
+    compiled = update.resolve_compile_layers(u.compile_layers, device, LONG_RUN_STEPS)
+    return f"bf16:{'on' if u.gradient_checkpointing else 'off'}:{u.micro_tokens}" + (":compile" if compiled else "")
+
+
+def parse_extra(spec: str, device: str = "cpu") -> tuple[str, str, int, bool]:
+    """DTYPE:GC:MICRO_TOKENS[:compile], or "default" (default_spec(device)) -> (dtype, gc, micro_tokens,
+    compiled). Raises ValueError."""
+    spec = default_spec(device) if spec == "default" else spec
     parts = spec.split(":")
     if not 3 <= len(parts) <= 4 or parts[1] not in ("off", "on") or not parts[2].isdigit() or parts[3:] not in (
             [], ["compile"]):
-        raise ValueError(f"--extra-rows {spec!r}: expected DTYPE:off|on:MICRO_TOKENS[:compile], e.g. bf16:off:32768")
+        raise ValueError(f"--extra-rows {spec!r}: expected DTYPE:off|on:MICRO_TOKENS[:compile] or default, e.g. "
+                         "bf16:off:32768")
     return dtype_arg(parts[0]), parts[1], int(parts[2]), len(parts) == 4
 
 
 def extra_row(args, spec: str, naive: dict) -> dict:
     """A packed-only row (`spec` as parse_extra: token-budget microbatches, RLConfig.micro_tokens, 0 = --micro
-    rows; `compile`: agentrl.rl.update.compile_decoder_layers, warm_s then includes the compile); speed and
-    memory ratios against the naive run of the same (dtype, gc) in `naive` when it ran."""
-    dtype, gc, budget, compiled = parse_extra(spec)
+    rows; `compile`: agentrl.rl.update.compile_decoder_layers, warm_s then includes the compile; `default`:
+    RLConfig's default update on this device); speed and memory ratios against the naive run of the same
+    (dtype, gc) in `naive` when it ran. `extra` holds the spec spelled out, `rlconfig_default` whether it is
+    RLConfig's default here."""
+    dtype, gc, budget, compiled = parse_extra(spec, args.device)
+    spec = default_spec(args.device) if spec == "default" else spec
     row: dict = {"dtype": dtype, "grad_ckpt": gc, "micro_tok": budget, "compiled": "yes" if compiled else "",
-                 "rows": args.rows, "extra": spec}
+                 "rows": args.rows, "extra": spec, "rlconfig_default": spec == default_spec(args.device)}
     try:
         r = run_config(args, dtype, gc, "packed", micro_tokens=budget, compiled=compiled)
         row.update(tokens=r["tokens"], policy_tok=r["policy_tokens"], packed_all_tok_s=r["all_tok_s"],
@@ -200,17 +222,19 @@ def extra_row(args, spec: str, naive: dict) -> dict:
 
 
 def targets(rows: list[dict]) -> list[dict]:
-    """Issue 15 target 5 from the table: speed (bf16, checkpointing off, --micro rows; and the fastest
-    token-budget row) and memory above static (every dtype x checkpointing row)."""
+    """Issue 15 target 5 from the table: speed (bf16, checkpointing off, --micro rows; RLConfig's default
+    update, the extra row extra_row marks; and the fastest token-budget row) and memory above static (every
+    dtype x checkpointing row)."""
     main = {(r["dtype"], r["grad_ckpt"]): r for r in rows if "extra" not in r and not r.get("micro_tok")}
     b = main.get(("bf16", "off"), {})
     old = "4-row microbatches, no checkpointing (the default before 2026-12-03)"
     out = [target("5", f"update tokens/s packed / full logits, bf16, {old}", b.get("speed_ratio"), ">=", 1.5),
            target("5", f"update tokens/s packed, bf16, {old}", b.get("packed_all_tok_s"), ">=", 70000)]
-    u = RLConfig().update  # the default: the extra row with RLConfig's checkpointing and token budget
-    spec = f"bf16:{'on' if u.gradient_checkpointing else 'off'}:{u.micro_tokens}"
-    d = next((r for r in rows if r.get("extra") == spec), {})
-    tag = f"RLConfig's default ({spec})"
+    # RLConfig's default update on the device that ran (extra_row marks it; tables before 2026-12-04: the eager
+    # 16k-token row with checkpointing, RLConfig's default then)
+    d = next((r for r in rows if r.get("rlconfig_default")), None) or next(
+        (r for r in rows if "rlconfig_default" not in r and r.get("extra") == "bf16:on:16384"), {})
+    tag = f"RLConfig's default ({d['extra'] if d else 'the row --extra-rows default adds'})"
     out += [target("5", f"update tokens/s packed / full logits, {tag}", d.get("speed_ratio"), ">=", 1.5),
             target("5", f"update tokens/s packed, {tag}", d.get("packed_all_tok_s"), ">=", 70000),
             target("5", f"update memory above static packed / full logits, {tag}", d.get("mem_ratio"), "<=", 0.3)]
@@ -248,13 +272,15 @@ def main() -> int:
     p.add_argument("--extra-rows", dest="extra_rows", nargs="*", default=[],
                    help="packed-only rows after the main ones, each DTYPE:GC:MICRO_TOKENS[:compile]: token-budget "
                         "microbatches (RLConfig.micro_tokens; 0 = --micro rows), `compile` = decoder layers "
-                        "compiled (agentrl.rl.update.compile_decoder_layers), e.g. bf16:off:32768 bf16:off:0:compile")
+                        "compiled (agentrl.rl.update.compile_decoder_layers), e.g. bf16:off:32768 bf16:off:0:compile; "
+                        "or `default`: RLConfig's default update on --device (bf16:on:16384:compile on CUDA, "
+                        "compile_layers auto resolved for a long run)")
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:
         p.error("--rows must be a multiple of --group, and --prompt < 3/4 --length")
     for spec in args.extra_rows:
         try:
-            parse_extra(spec)
+            parse_extra(spec, args.device)
         except (ValueError, argparse.ArgumentTypeError) as e:
             p.error(str(e))
     meta = device_meta(args.device) | {"model": model_name(args.config), "micro": args.micro, "minibatches": args.minibatches, "length": args.length}

@@ -28,7 +28,8 @@
 #   ragged    bench_ragged.py: ragged budgets in [64, 250] with continuous batching (4 x the batch's requests, finished
 #             rows' slots taken by the next) and with compaction only, vs a full batch (item 2)
 #   update    bench_update.py: 4-row microbatches (the old default) vs full logits, bf16, checkpointing off and on,
-#             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) (item 5)
+#             then 32k-token microbatches with checkpointing (the candidate default that keeps memory low) and
+#             RLConfig's default update as it runs on the device (compiled layers on CUDA) (item 5)
 #   step      bench_step.py: 2 coding-tools train steps (8 x 8, fast sampler, KV kept in place, micro 4), time and peak
 #             (item 3), with the static cache's memory given back during the update (release_kv, CUDA VMM) and kept
 #   step_tok  the same step with RLConfig's default update (16,384-token microbatches, checkpointing), with the
@@ -165,9 +166,11 @@ else
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
   part ragged 90 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
-  # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory)
-  part update 110 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive \
-    --extra-rows bf16:off:16384 bf16:on:16384 bf16:on:32768
+  # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory);
+  # `default`: RLConfig's default update as it runs here (since 2026-12-04 compiled: bf16:on:16384:compile; its
+  # warm-up pays the ~25 s compile, hence 40 s more than the 110 s the eager rows took)
+  part update 150 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive \
+    --extra-rows bf16:off:16384 bf16:on:16384 bf16:on:32768 default
   # step: the static KV cache given back during the update (release_kv vmm, the FastSampler's default on CUDA: to the
   # device at the same addresses; allocator: to PyTorch's cache) and kept (off); step_tok: RLConfig's default update
   # (16k-token microbatches) with the sampler's default and with the cache kept

@@ -46,6 +46,15 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
     res.add_step(3, {"reward_mean": 0.4})
 
 
+def test_resume_may_change_how_the_update_runs_not_what_it_trains(tmp_path):
+    """compile_layers (a boolean before 2026-12-04, "auto" by default since) changes the update's speed only."""
+    RunResults(tmp_path / "r.json", {"lr": 1e-6, "compile_layers": False}, seed=0)
+    res = RunResults.resume(tmp_path / "r.json", completed_steps=0, config={"lr": 1e-6, "compile_layers": "auto"})
+    assert res.data["config"]["compile_layers"] == "auto"
+    with pytest.raises(ValueError, match=r"differs from the stored run in \['lr'\]"):
+        RunResults.resume(tmp_path / "r.json", completed_steps=0, config={"lr": 1e-5, "compile_layers": "auto"})
+
+
 def test_resume_of_a_file_without_its_before_evaluation_is_refused(tmp_path):
     """The resumed run would evaluate its trained model as "before" (and warm-start it again)."""
     build_synthetic(tmp_path / "r.json")

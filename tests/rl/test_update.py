@@ -211,6 +211,7 @@ def test_compiled_layers_give_the_eager_loss_and_gradient_fp32(tiny_qwen3, make_
     from agentrl.rl.update import compile_decoder_layers
 
     b = make_batch(n=6, zero_adv_rows=(2,))
+    torch._dynamo.reset()  # earlier tests' compiled layers share the `_call_impl` cache (tests/rl/test_compile_layers.py)
     counters.clear()
     out = []
     for compiled in (False, True):

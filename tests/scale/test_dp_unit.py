@@ -53,11 +53,17 @@ def test_decoder_layers_found_and_refused(tiny_qwen3_dp):
         decoder_layers(torch.nn.Linear(2, 2))
 
 
-@pytest.mark.parametrize("field,value", [("lora_r", 8), ("agent", "opencode"), ("async_rollouts", True)])
+@pytest.mark.parametrize("field,value", [("lora_r", 8), ("agent", "opencode"), ("async_rollouts", True),
+                                         ("compile_layers", "on")])
 def test_data_parallel_refuses_what_it_does_not_support(field, value):
     cfg = RLConfig.from_flat(**{field: value})
     with pytest.raises(ValueError, match="torchrun data parallel does not support"):
         check_data_parallel(cfg)
+
+
+def test_data_parallel_takes_compile_layers_auto_and_off():
+    for setting in ("auto", "off"):  # auto: the FSDP2 engine's update runs eager (open_data_parallel sets off)
+        check_data_parallel(RLConfig.from_flat(compile_layers=setting))
 
 
 def test_not_under_torchrun_here(monkeypatch):

@@ -77,7 +77,8 @@ def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, h
     """One `--flag` (dashed, with an underscore twin) for the config field `f` of type `kind`, named and stored
     (`dest`) by its flat name (the `flat` metadata, else the field's name), with `default` and `help`
     (default: the field's `help` metadata). Booleans take `--flag [true|false]` (bare `--flag` = true) and
-    `--no-flag`; fields with `choices` metadata or a Literal type get choices."""
+    `--no-flag`; fields with `choices` metadata or a Literal type get choices (with `bools` metadata, a bare
+    `--flag` and `--no-flag` set its two values: agentrl.models.policy.flag_field)."""
     name = f.metadata.get("flat", f.name)
     flags = [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])
     for alias in ALIASES.get(name, ()):  # TRL's spelling, dashed and underscored
@@ -91,8 +92,13 @@ def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, h
         off = NEGATIVE_HELP.get(name, f"Turn {flags[0]} off" + ("." if default else " (the default)."))
         parser.add_argument(*neg, dest=name, action="store_false", help=off)
     elif "choices" in f.metadata:
+        bools = f.metadata.get("bools")  # a former boolean flag: bare `--flag` and `--no-flag` keep working
+        bare = {"nargs": "?", "const": bools[0]} if bools else {}
         parser.add_argument(*flags, choices=f.metadata["choices"], type=f.metadata.get("type", str),
-                            default=default, dest=name, help=help_)
+                            default=default, dest=name, help=help_, **bare)
+        if bools:
+            parser.add_argument(f"--no-{name.replace('_', '-')}", f"--no_{name}", dest=name, action="store_const",
+                                const=bools[1], help=f"{flags[0]} {bools[1]}.")
     elif typing.get_origin(kind) is Literal:
         parser.add_argument(*flags, choices=typing.get_args(kind), default=default, dest=name, help=help_)
     else:

@@ -15,11 +15,14 @@ from agentrl.models.dtypes import DTYPE_HELP, DTYPES, dtype_arg
 
 
 def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002 - HfArgumentParser's key
-               type: Any = None, flat: str | None = None) -> Any:  # noqa: A002 - argparse's keyword
+               type: Any = None, flat: str | None = None,  # noqa: A002 - argparse's keyword
+               bools: tuple[str, str] | None = None) -> Any:
     """A config field whose metadata becomes `add_argument(help=..., choices=..., type=...)` (as in
     HfArgumentParser): `choices` from a registry (samplers, estimators, dtypes), `type` a converter run
     before the choices check (dtype aliases -> the canonical name), `flat` the field's flat name (its flag
-    and its key in results files) where it differs from the field name (`cfg.env.name` is `--env`)."""
+    and its key in results files) where it differs from the field name (`cfg.env.name` is `--env`),
+    `bools` the values a bare `--flag` and `--no-flag` set, for a field with choices that was a boolean
+    flag (compile_layers: ("on", "off"))."""
     meta: dict[str, Any] = {"help": help}
     if choices is not None:
         meta["choices"] = list(choices)
@@ -27,6 +30,8 @@ def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None, 
         meta["type"] = type
     if flat is not None:
         meta["flat"] = flat
+    if bools is not None:
+        meta["bools"] = bools
     return field(default=default, metadata=meta)
 
 

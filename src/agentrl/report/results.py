@@ -139,10 +139,11 @@ class RunResults:
         if write:
             self.write()
 
-    # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains.
+    # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains (compile_layers:
+    # the same update up to float rounding; a boolean before 2026-12-04, "auto" by default since).
     RESUMABLE_CHANGES = frozenset({"steps", "resume", "eval_every", "checkpoint_every", "keep_checkpoints", "out",
                                    "device", "n_boot", "gen_batch", "sampler", "report_to",
-                                   "rollout_workers", "worker_launcher", "ray_graders"})
+                                   "rollout_workers", "worker_launcher", "ray_graders", "compile_layers"})
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, completed_steps: int,

@@ -26,6 +26,7 @@ from agentrl.models.policy import PolicyConfig
 from agentrl.rl.estimators import ADV_ESTIMATORS
 from agentrl.rl.sections import (
     ADV_MODES,
+    COMPILE_LAYERS,
     PRESETS,
     AgentSection,
     AsyncSection,
@@ -100,7 +101,8 @@ class RLConfig:
         if v.report_to not in ("none", "tensorboard", "trackio", "wandb"):
             raise ValueError("RLConfig.report_to: expected one of 'none', 'tensorboard', 'trackio', 'wandb', "
                              f"got {v.report_to!r}")
-        for name, choices in (("warm_start", ("none", "sft")), ("preset", ("", *PRESETS))):
+        for name, choices in (("warm_start", ("none", "sft")), ("preset", ("", *PRESETS)),
+                              ("compile_layers", COMPILE_LAYERS)):
             if getattr(v, name) not in choices:
                 raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
                                  f"got {getattr(v, name)!r}")
@@ -279,7 +281,7 @@ def _validate_async(v: SimpleNamespace) -> None:
 
 
 def _validate_floats(v: SimpleNamespace) -> None:
-    """The real-valued fields' ranges, and the sampler's compatibility with compile_layers and LoRA."""
+    """The real-valued fields' ranges, and the sampler's compatibility with LoRA."""
     checks = {
         "temperature": (v.temperature > 0, "> 0"),
         "top_p": (0.0 < v.top_p <= 1.0, "in (0, 1]"),
@@ -294,10 +296,6 @@ def _validate_floats(v: SimpleNamespace) -> None:
         "lora_alpha": (v.lora_alpha > 0, "> 0"),
         "lora_dropout": (0.0 <= v.lora_dropout < 1.0, "in [0, 1)"),
         # the fast sampler reads the base weights directly and would sample without the adapters
-        "compile_layers": (not (v.compile_layers and SAMPLERS[v.sampler].runs_layer_forward),
-                           f"False with --sampler {v.sampler} (it runs the layers' own forward, which would "
-                           f"then run compiled on its own shapes; use --sampler "
-                           f"{' or '.join(n for n, x in SAMPLERS.items() if not x.runs_layer_forward)})"),
         "lora_r": (not (v.lora_r and not SAMPLERS[v.sampler].supports_lora),
                    f"0 with --sampler {v.sampler} (it reads the base weights, not the adapters; LoRA needs "
                    f"--sampler {' or '.join(n for n, x in SAMPLERS.items() if x.supports_lora)})"),

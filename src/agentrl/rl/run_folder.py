@@ -21,6 +21,7 @@ from agentrl.report.results import RunResults
 from agentrl.rl.checkpoint import latest_checkpoint
 from agentrl.rl.config import RLConfig, cli_command
 from agentrl.rl.run_setup import RunInputs, env_kwargs, env_section
+from agentrl.rl.update import compiled_layer_count
 from agentrl.tasks.sets import TaskSets
 
 log = logging.getLogger("agentrl.train")
@@ -117,7 +118,7 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
                  start_step: int) -> RunResults:
     """The run's results file (`<out>/results.json`): continued on --resume after `start_step` completed
     steps, else a new one; with the sections known before the first step (tools, env, chat template,
-    model size, sandbox, tasks)."""
+    model size and how it trains: LoRA, the decoder layers compiled for the update; sandbox, tasks)."""
     path = out / "results.json"
     if cfg.run.resume and path.exists():
         results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_flat())
@@ -128,7 +129,8 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
     results.set("chat_template", tokenizer_template(inputs.tokenizer, cfg.policy.chat_template or "model").describe())
     results.set("model", {"parameters": sum(p.numel() for p in model.parameters()),
                           "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                          "lora": bool(cfg.update.lora_r)})
+                          "lora": bool(cfg.update.lora_r),
+                          "compiled_layers": compiled_layer_count(model)})  # compile_layers resolved (0: eager)
     results.set("sandbox", sandbox.describe())
     results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                           "heldout_ids": [t.id for t in tasks.heldout],

@@ -18,6 +18,24 @@ from agentrl.rl.estimators import ADV_ESTIMATORS, adv_mode_help
 from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
 ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
+COMPILE_LAYERS: tuple[str, ...] = ("auto", "on", "off")  # UpdateSection.compile_layers
+_TRUE, _FALSE = ("true", "t", "yes", "y", "1"), ("false", "f", "no", "n", "0")
+
+
+def compile_layers_arg(value: Any) -> Any:
+    """UpdateSection.compile_layers' value as given (flag, config file, Python) -> "auto" | "on" | "off": the
+    field was a boolean before 2026-12-04, so True / False and their spellings (true/false, yes/no, 1/0, any
+    case) read as on / off; a choice in another case is lowered; anything else is returned unchanged, for the
+    choices check to name it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in COMPILE_LAYERS:
+            return low
+        if low in _TRUE or low in _FALSE:
+            return "on" if low in _TRUE else "off"
+    return value
 
 # Named presets: flat field values replacing the defaults (agentrl train --preset NAME; flags given on the
 # command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random Qwen3
@@ -169,11 +187,14 @@ class UpdateSection:
                                          "0.23x full logits against 1024, at 0.98-1.19x its tokens/s).")
     pack_rows: bool = flag_field(True, "Run the update's trunk padding-free (rows packed, block-diagonal attention) "
                          "where the model allows it; same gradient up to float rounding.")
-    compile_layers: bool = flag_field(False, "torch.compile each decoder layer's forward for the update "
-                              "(agentrl.rl.update.compile_decoder_layers; the first update pays the compile, ~20 s "
-                              "on an H200). Needs a sampler that does not run the layers' forward (--sampler fast). "
-                              "H200, Qwen3-0.6B bf16 with the default microbatches and checkpointing: 69k tokens/s, "
-                              "1.8x the eager update, paying for its compile after ~40 updates (bench/README.md).")
+    compile_layers: str = flag_field(
+        "auto", "torch.compile each decoder layer's forward for the update only (agentrl.rl.update."
+        "compile_decoder_layers; generation, evaluation and scoring run the eager layers): auto | on | off "
+        "(true/false read as on/off). auto: on when the policy is on CUDA and the run trains at least 40 steps, "
+        "else off: the first update pays the compile (~25 s on an H200), which pays for itself after ~40 updates "
+        "(H200, Qwen3-0.6B bf16 with the default microbatches and checkpointing: 69k tokens/s, 1.8x the eager "
+        "update; bench/README.md). A bare --compile-layers is on, --no-compile-layers off.",
+        COMPILE_LAYERS, compile_layers_arg, bools=("on", "off"))
     gradient_checkpointing: bool = flag_field(True, "Recompute trunk activations in backward (saves memory, costs time; "
                                              "on by default as in TRL's GRPOConfig: with --micro-tokens it lets "
                                              "microbatches be large; a model that cannot checkpoint trains "
@@ -185,6 +206,9 @@ class UpdateSection:
     lora_target_modules: str = flag_field("all-linear", "Modules that get adapters: all-linear (every linear layer but the "
                                                 "LM head) or comma-separated names (q_proj,v_proj).")
     lora_merge: bool = flag_field(False, "With lora_r > 0: also write <out>/merged, the adapters merged into a plain model.")
+
+    def __post_init__(self) -> None:  # frozen: a config file's or a caller's True / "false" stored as "on" / "off"
+        object.__setattr__(self, "compile_layers", compile_layers_arg(self.compile_layers))
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,24 @@ zero gradient when there is no KL term, so their backward pass is skipped.
 Memory-aware: a minibatch that runs out of accelerator memory runs again with microbatches half as large (rows or
 token budget) until it fits, and the sizes that fit are kept for the model (`_accumulate_fitting`); by the
 exactness rule the gradient does not change.
+
+Compiled decoder layers (compile_decoder_layers, RLConfig.update.compile_layers resolved by
+resolve_compile_layers) run compiled inside the update only (compiled_layers_active), eager everywhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
 import math
 import resource
 import sys
+import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -34,6 +40,11 @@ log = logging.getLogger("agentrl")
 # per model, the microbatch limits (micro, micro_tokens) that fit after an out-of-memory backoff (_accumulate_fitting)
 _FITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 MIN_MICRO_TOKENS = 256  # the smallest token budget the backoff halves down to
+# RLConfig.update.compile_layers "auto" compiles the decoder layers on CUDA for runs of at least this many steps:
+# on the H200 (bench/README.md, eighth session, 2026-12-03; Qwen3-0.6B bf16, RLConfig's microbatches, checkpointing)
+# the compiled update ran 69.4k tokens/s against 38.0k eager, saving 0.65 s per update, and its first update paid
+# ~25 s of compile: paid back after about 40 updates
+COMPILE_PAYBACK_STEPS = 40
 
 _WEIGHTED = ("ratio_mean", "clip_frac_low", "clip_frac_high", "clip_frac", "kl_sampler", "kl_ref",
              "logprob_gap_abs", "logprob_gap", "entropy", "outside_support")
@@ -86,6 +97,9 @@ def accumulate_gradients(
     Returns:
         stats: loss (the minibatch loss = sum of microbatch losses), token-weighted means of the
         policy_loss stats over the rows that were run, rows_skipped, tokens_trained.
+
+    Layers compiled by compile_decoder_layers run compiled in here (forward, backward and the reference's
+    forward: compiled_layers_active), and eager everywhere else.
     """
     kl_on = cfg.update.kl_coef > 0
     if kl_on and ref_model is None:
@@ -93,36 +107,44 @@ def accumulate_gradients(
     pack = None if cfg.update.pack_rows else False
     active = torch.arange(batch.num_rows) if kl_on else (batch.advantages != 0).nonzero().flatten().cpu()
     totals: dict[str, float] = {"loss": 0.0, "tokens_trained": 0.0}
-    for rows in microbatch_rows(active, batch.attention_mask.sum(1), cfg.update.micro, cfg.update.micro_tokens):
-        mb = batch.select(rows)
-        if mb.num_policy_tokens == 0:
-            continue
-        # the sampled distribution: the sampler's temperature AND its top-k/top-p masks (sampler = trainer)
-        logp, ent = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                    chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature,
-                                    top_k=cfg.sampling.top_k or 0, top_p=cfg.sampling.top_p, pack=pack)
-        ref_logp = None
-        if ref_model is not None and kl_on:
-            # the KL anchor is the reference's full tempered distribution, not a truncated one: its support
-            # covers every sampled token, so k3 stays finite when the policy's kept set moves
-            with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
-                ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
-                                              chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature,
-                                              pack=pack)
-        loss, st = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.update.clip_low,
-                               clip_high=cfg.update.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
-                               kl_coef=cfg.update.kl_coef, entropy=ent, weights=mb.is_weights)
-        loss.backward()
-        totals["loss"] += float(loss.detach())
-        totals["tokens_trained"] += st["tokens"]
-        for k in _WEIGHTED:
-            if k in st:
-                totals[k] = totals.get(k, 0.0) + st[k] * st["tokens"]
+    with compiled_layers_active():  # layers compiled for the update run compiled here only
+        for rows in microbatch_rows(active, batch.attention_mask.sum(1), cfg.update.micro, cfg.update.micro_tokens):
+            mb = batch.select(rows)
+            if mb.num_policy_tokens == 0:
+                continue
+            loss, st = _microbatch_loss(model, mb, cfg, normalizer, ref_model if kl_on else None, pack)
+            loss.backward()
+            totals["loss"] += float(loss.detach())
+            totals["tokens_trained"] += st["tokens"]
+            for k in _WEIGHTED:
+                if k in st:
+                    totals[k] = totals.get(k, 0.0) + st[k] * st["tokens"]
     for k in _WEIGHTED:
         if k in totals:
             totals[k] /= max(totals["tokens_trained"], 1.0)
     totals["rows_skipped"] = float(batch.num_rows - active.numel())
     return totals
+
+
+def _microbatch_loss(model: nn.Module, mb: TrainBatch, cfg: Any, normalizer: float, ref_model: nn.Module | None,
+                     pack: bool | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """policy_loss of one microbatch `mb` (its share of the minibatch loss: `normalizer` is the minibatch's),
+    with the k3 KL term against `ref_model` when given."""
+    # the sampled distribution: the sampler's temperature AND its top-k/top-p masks (sampler = trainer)
+    logp, ent = policy_logprobs(model, mb.input_ids, mb.attention_mask, mb.policy_mask,
+                                chunk_rows=cfg.update.logprob_chunk_rows, temperature=cfg.sampling.temperature,
+                                top_k=cfg.sampling.top_k or 0, top_p=cfg.sampling.top_p, pack=pack)
+    ref_logp = None
+    if ref_model is not None:
+        # the KL anchor is the reference's full tempered distribution, not a truncated one: its support
+        # covers every sampled token, so k3 stays finite when the policy's kept set moves
+        with torch.no_grad(), reference(ref_model) as ref:  # LoRA: the policy with adapters off
+            ref_logp, _ = policy_logprobs(ref, mb.input_ids, mb.attention_mask, mb.policy_mask,
+                                          chunk_rows=cfg.update.logprob_chunk_rows,
+                                          temperature=cfg.sampling.temperature, pack=pack)
+    return policy_loss(logp, mb.old_logprobs, mb.advantages, mb.policy_mask, clip_low=cfg.update.clip_low,
+                       clip_high=cfg.update.clip_high, normalizer=float(normalizer), ref_logp=ref_logp,
+                       kl_coef=cfg.update.kl_coef, entropy=ent, weights=mb.is_weights)
 
 
 def minibatch_step(
@@ -309,20 +331,102 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return list(layers)
 
 
-def compile_decoder_layers(model: nn.Module, *, dynamic: bool = True, mode: str | None = None) -> int:
-    """torch.compile every decoder layer's forward in place (`nn.Module.compile`: the module, its parameters
-    and its hooks stay as they are; gradient checkpointing and peft keep working). Inductor fuses each layer's
-    element-wise work (RMSNorm, RoPE, SiLU-gating, residual adds) around the matmuls and attention.
+class _CompiledScope:
+    """Where the compiled decoder layers run: in a thread inside `compiled_layers_active()` (the update's forward,
+    and its backward where it runs in that thread: on the CPU), and in a backward pass while such a context is open
+    in some thread (CUDA runs backward on autograd's per-device worker thread, so a checkpointed layer's recompute
+    is not in the update's thread; no other thread of agentrl runs a backward pass: rollouts, evaluation and
+    scoring run without gradients)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # .depth: compiled_layers_active() contexts open in this thread
+        self._open = 0  # contexts open in any thread
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with self._lock:
+            self._open += 1
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._local.depth -= 1
+            with self._lock:
+                self._open -= 1
+
+    def here(self) -> bool:
+        """Whether a compiled layer called now runs its compiled forward."""
+        if getattr(self._local, "depth", 0):
+            return True
+        return self._open > 0 and torch._C._current_graph_task_id() != -1  # -1: not inside a backward pass
+
+
+_SCOPE = _CompiledScope()
+
+
+def compiled_layers_active() -> contextlib.AbstractContextManager[None]:
+    """Context manager: inside it, in this thread, layers compiled by compile_decoder_layers run their compiled
+    forward (and their checkpointed recompute in this forward's backward, wherever autograd runs it: _CompiledScope);
+    everywhere else they run eager. Nests; accumulate_gradients enters it around every microbatch's forward and
+    backward, so every caller of the update gets it."""
+    return _SCOPE.active()
+
+
+class _CompiledCall:
+    """A layer's `_compiled_call_impl` (what nn.Module.__call__ runs when set): the torch.compile'd `_call_impl`
+    when _SCOPE.here(), else the layer's own eager `_call_impl`. nn.Module.__getstate__ drops it, so a deepcopy
+    of the model (the KL reference, the asynchronous rollout copy, the data-parallel engine) runs eager."""
+
+    __slots__ = ("compiled", "layer")
+
+    def __init__(self, layer: nn.Module, compiled: Any) -> None:
+        self.layer, self.compiled = layer, compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _SCOPE.here():
+            return self.compiled(*args, **kwargs)
+        return self.layer._call_impl(*args, **kwargs)
+
+
+def compile_decoder_layers(model: nn.Module, *, dynamic: bool = True, mode: str | None = None,
+                           backend: str | Callable = "inductor") -> int:
+    """torch.compile every decoder layer's forward in place, for the update only: the compiled forward runs inside
+    compiled_layers_active() (accumulate_gradients enters it), and every other call of the layer (HF `generate`,
+    evaluation, scoring, another thread) runs the eager forward. As `nn.Module.compile` (the module, its
+    parameters and its hooks stay as they are; gradient checkpointing and peft adapters added later keep
+    working), but the layer's `_compiled_call_impl` is a dispatcher between the two (_CompiledCall). Inductor
+    fuses each layer's element-wise work (RMSNorm, RoPE, SiLU-gating, residual adds) around the matmuls and
+    attention.
 
     dynamic=True (default) traces the token count symbolically, so packed microbatches of any length reuse one
-    graph instead of recompiling per length. The first forward/backward pays the compile (tens of seconds on
-    a GPU); the values equal the eager ones up to float rounding (tested: fp32, 1e-5). Note: only the layers'
-    own forward is compiled; agentrl's FastSampler calls their submodules directly and is unaffected, while
-    HF `generate` (the `hf` sampler) would run the compiled layers on its own shapes.
+    graph instead of recompiling per length. The first update pays the compile (tens of seconds on a GPU); the
+    values equal the eager ones up to float rounding (tested: fp32, 1e-5). `backend` is torch.compile's (tests
+    pass a recording one). agentrl's FastSampler calls the layers' submodules directly and is unaffected.
 
     Returns: the number of layers compiled. Raises: ValueError as decoder_layers.
     """
     layers = decoder_layers(model)
     for layer in layers:
-        layer.compile(dynamic=dynamic, mode=mode)
+        compiled = torch.compile(layer._call_impl, dynamic=dynamic, mode=mode, backend=backend)
+        layer._compiled_call_impl = _CompiledCall(layer, compiled)
     return len(layers)
+
+
+def compiled_layer_count(model: nn.Module) -> int:
+    """How many of `model`'s modules compile_decoder_layers compiled (0 for an eager model)."""
+    return sum(isinstance(getattr(m, "_compiled_call_impl", None), _CompiledCall) for m in model.modules())
+
+
+def resolve_compile_layers(setting: str, device: torch.device | str, steps: int) -> bool:
+    """Whether a run of `steps` training steps with the policy on `device` compiles its decoder layers for the
+    update (RLConfig.update.compile_layers = `setting`): "on" when it trains (steps > 0), "off" never, "auto" on a
+    CUDA device for at least COMPILE_PAYBACK_STEPS steps (the compile's payback), else not.
+
+    Raises: ValueError for another setting.
+    """
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"resolve_compile_layers: expected 'auto', 'on' or 'off', got {setting!r}")
+    if setting == "auto":
+        return torch.device(device).type == "cuda" and steps >= COMPILE_PAYBACK_STEPS
+    return setting == "on" and steps > 0

@@ -22,15 +22,12 @@ from agentrl.registry import Registry
 class SamplerSpec:
     """One registered sampler: `name` (the --sampler value), `help` (one line), `build` (see module doc),
     `supports_lora`: it samples through the model's forward, so peft adapters are applied (a sampler that
-    reads the base weights directly would sample another policy than the one trained); `runs_layer_forward`:
-    it calls the decoder layers' own forward (HF generate does; the fast sampler calls their submodules), so
-    layers compiled for the update (RLConfig.update.compile_layers) would also run, on its shapes, inside it."""
+    reads the base weights directly would sample another policy than the one trained)."""
 
     name: str
     help: str
     build: Callable[[Any, Any, Any, int, bool], Any]
     supports_lora: bool = True
-    runs_layer_forward: bool = True
 
 
 def _hf(model: Any, tokenizer: Any, cfg: Any, max_batch: int, enable_thinking: bool) -> None:
@@ -46,7 +43,7 @@ def _fast(model: Any, tokenizer: Any, cfg: Any, max_batch: int, enable_thinking:
 SAMPLERS: Registry[SamplerSpec] = Registry("a sampler", (
     SamplerSpec("hf", "batched HF generate with the recording logits processor (any causal LM)", _hf),
     SamplerSpec("fast", "static KV cache + CUDA graphs, Qwen3/Qwen2/Llama (agentrl.rollout.fast_sampler)", _fast,
-                supports_lora=False, runs_layer_forward=False),
+                supports_lora=False),
 ))
 
 

@@ -64,9 +64,10 @@ def check_data_parallel(cfg: RLConfig) -> None:
     unsupported = {"lora_r": "LoRA adapters", "agent": "black-box agents (--agent)",
                    "async_rollouts": "--async-rollouts (use --rollout-workers for generation beside training)",
                    "rollout_workers": "--rollout-workers", "ray_graders": "--ray-graders",
-                   "compile_layers": "--compile-layers"}
+                   "compile_layers": "--compile-layers on"}
+    flat = {**cfg.to_flat(), "compile_layers": cfg.update.compile_layers == "on"}  # auto: eager here
     for name, what in unsupported.items():
-        if cfg.to_flat()[name]:
+        if flat[name]:
             raise ValueError(f"torchrun data parallel does not support {what} yet; run it without torchrun")
 
 
@@ -121,7 +122,8 @@ def open_data_parallel(cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSes
     """
     check_data_parallel(cfg)
     ctx = DistContext.from_env(cfg.policy.device)
-    cfg = cfg.replace_flat(device=ctx.device)
+    # compile_layers auto resolves off: the FSDP2 engine (a copy) runs the update, the plain policy only samples
+    cfg = cfg.replace_flat(device=ctx.device, compile_layers="off")
     opener = RunSession.open(cfg, sampler=sampler) if ctx.is_main else open_rank_session(cfg, sampler,
                                                                                          name=f"rank{ctx.rank}")
     with opener as sess:
