@@ -170,7 +170,7 @@ else
   # `default`: RLConfig's default update as it runs here (since 2026-12-04 compiled: bf16:on:16384:compile; its
   # warm-up pays the ~25 s compile, hence 40 s more than the 110 s the eager rows took)
   part update 150 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive \
-    --extra-rows bf16:off:16384 bf16:on:16384 bf16:on:32768 default
+    --extra-rows default bf16:off:16384 bf16:on:16384 bf16:on:32768
   # step: the static KV cache given back during the update (release_kv vmm, the FastSampler's default on CUDA: to the
   # device at the same addresses; allocator: to PyTorch's cache) and kept (off); step_tok: RLConfig's default update
   # (16k-token microbatches) with the sampler's default and with the cache kept
