@@ -15,7 +15,6 @@ outside the current policy's kept set has log-prob -inf (the loss gives it ratio
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -57,14 +56,7 @@ def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, warpers
     autograd it held two more [M, V] fp32 tensors (exp and the product) beside the logits and log-softmax, in
     the chunk's forward and again in its recompute, about half of the update's memory above weights and
     optimizer state in bench/profile_update_memory.py (bench/README.md, issue 26 item 5)."""
-    return _logits_logp(head(h), targets, warpers, softcap, logit_scale, entropy_grad)
-
-
-def _logits_logp(logits: torch.Tensor, targets: torch.Tensor, warpers: Any, softcap: float | None,
-                 logit_scale: float | None, entropy_grad: bool = False,
-                 entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """[M, V] head logits (any float dtype), [M] targets -> ([M] log p(target), [M] entropy or None without
-    `entropy`), as `_head_chunk` (fp32 softmax, the model's head post-processing, the sampler's warpers)."""
+    logits = head(h)  # [M, V]
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # bf16/fp16 models: softmax in fp32
     if logit_scale is not None:  # Cohere-style scaled head, as the model's own forward does
@@ -77,81 +69,12 @@ def _logits_logp(logits: torch.Tensor, targets: torch.Tensor, warpers: Any, soft
     del logits  # log_softmax's backward needs its output, not its input: one [M, V] fewer from here on
     # nll_loss = -gather, but its backward writes the [M, V] gradient once (gather's zeros, then scatter_add, is two)
     logp = -torch.nn.functional.nll_loss(logp_all, targets, reduction="none")
-    if not entropy:
-        return logp, None
     grad = entropy_grad and torch.is_grad_enabled()
     with torch.set_grad_enabled(grad):  # off: no graph, and the product is taken in place
         finite = logp_all.masked_fill(torch.isinf(logp_all), 0.0) if warpers else logp_all  # 0 * -inf would be NaN
         probs = logp_all.exp()
-        ent = -(probs * finite if grad else probs.mul_(finite)).sum(dim=-1)
-    return logp, ent
-
-
-class ChunkedHead(torch.autograd.Function):
-    """The LM head's log-probs over all policy positions, chunk by chunk, with the head weight's gradient
-    accumulated in place into one [V, H] buffer.
-
-    forward(h [M, H], weight [V, H] (a bias-free nn.Linear's; the model's dtype), targets [M] long, post) ->
-    (logp [M], entropy [M]), float32 (float64 for fp64): each chunk's logits h_c @ weight^T go through `post`
-    (a `_logits_logp` with the run's warpers and head post-processing) with no graph kept. backward recomputes
-    one chunk's logits at a time, differentiates through `post` and the head's product to dh_c (autograd), and
-    adds d_logits^T @ h_c (d logp / d logits [c, V], kept by a hook) to weight's gradient in place (addmm_).
-
-    Why: with each chunk as its own checkpointed head call, autograd summed the chunks' [V, H] weight gradients
-    as separate products and sums (two products and two sums alive at once, bench/profile_update_memory.py),
-    at the start of backward, when every checkpointed layer input is also alive: on the H200 (Qwen3-0.6B, bf16,
-    16,384-token microbatches, compiled layers, 2026-12-04) the update's peak was 2.85 GiB above weights and
-    optimizer state, 0.343x the full-logits path's. Same values as the per-chunk path up to float summation order
-    (tests/rl/test_logprobs.py). The entropy is a statistic here (no gradient); `policy_logprobs` keeps the
-    per-chunk path for entropy_grad.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight, targets, post, chunk_rows):  # noqa: D102 - the class says it
-        lps, ents = [], []
-        for s in range(0, h.shape[0], chunk_rows):
-            lp, en = post(torch.nn.functional.linear(h[s: s + chunk_rows], weight), targets[s: s + chunk_rows])
-            lps.append(lp)
-            ents.append(en)
-        ctx.save_for_backward(h, weight, targets)
-        ctx.post, ctx.chunk_rows = post, chunk_rows
-        ent = torch.cat(ents)
-        ctx.mark_non_differentiable(ent)
-        return torch.cat(lps), ent
-
-    @staticmethod
-    def backward(ctx, g_lp, g_ent):  # noqa: D102 - the class says it
-        h, weight, targets = ctx.saved_tensors
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dh = torch.empty_like(h) if need_h else None
-        dw = torch.zeros_like(weight) if need_w else None
-        wd = weight.detach()
-        for s in range(0, h.shape[0], ctx.chunk_rows):
-            hc = h[s: s + ctx.chunk_rows]
-            seen: list[torch.Tensor] = []
-            with torch.enable_grad():
-                # differentiated with respect to the chunk's hidden rows (the mm saves them and the weight, not
-                # the logits, so the logits go once the softmax has run); a hook keeps d logp / d logits for the
-                # weight's gradient
-                hd = hc.detach().requires_grad_()
-                logits = torch.nn.functional.linear(hd, wd)
-                logits.register_hook(seen.append)
-                lp, _ = ctx.post(logits, targets[s: s + ctx.chunk_rows], entropy=False)
-                del logits
-                (dhc,) = torch.autograd.grad(lp, hd, g_lp[s: s + ctx.chunk_rows])
-            del lp
-            if need_h:
-                dh[s: s + ctx.chunk_rows] = dhc
-            if need_w:
-                dw.addmm_(seen[0].t(), hc)
-        return dh, dw, None, None, None
-
-
-def _fused_head_ok(head: nn.Module, h: torch.Tensor, entropy_grad: bool) -> bool:
-    """ChunkedHead applies: a plain bias-free nn.Linear head (not a peft or quantized wrapper), a backward to
-    come (grad mode, h or the weight requiring grad), and no gradient through the entropy."""
-    return (type(head) is nn.Linear and head.bias is None and not entropy_grad and torch.is_grad_enabled()
-            and (h.requires_grad or head.weight.requires_grad))
+        entropy = -(probs * finite if grad else probs.mul_(finite)).sum(dim=-1)
+    return logp, entropy
 
 
 def policy_logprobs(
@@ -227,11 +150,7 @@ def policy_logprobs(
     logit_scale = getattr(model, "logit_scale", None)
     logit_scale = float(logit_scale) if isinstance(logit_scale, (int, float)) else None
     logps, ents = [], []
-    if h_sel.shape[0] and _fused_head_ok(head, h_sel, entropy_grad):  # one Function over every chunk (ChunkedHead says why)
-        post = functools.partial(_logits_logp, warpers=warpers, softcap=softcap, logit_scale=logit_scale)
-        lp, en = ChunkedHead.apply(h_sel, head.weight, targets, post, chunk_rows)
-        logps, ents = [lp], [en]
-    for start in range(0, h_sel.shape[0] if not logps else 0, chunk_rows):
+    for start in range(0, h_sel.shape[0], chunk_rows):
         h = h_sel[start: start + chunk_rows]
         t = targets[start: start + chunk_rows]
         if torch.is_grad_enabled() and h.requires_grad:
