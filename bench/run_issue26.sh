@@ -186,8 +186,8 @@ else
     --decode-attention "${ATT[0]}"
   part update_coder05 35 bench_update "${C05[@]}" --dtypes bf16 --gc off --methods packed
   part update_coder15 40 bench_update "${C15[@]}" --dtypes bf16 --gc off --methods packed
-  part step_coder05 45 bench_step "${C05[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
-  part step_coder15 50 bench_step "${C15[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
+  part step_coder05 75 bench_step "${C05[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
+  part step_coder15 90 bench_step "${C15[@]}" --envs coding-tools --dtypes bf16 --steps 2 --micro 4
 fi
 echo "=== tables ==="
 for f in "$ROOT"/*.txt; do
