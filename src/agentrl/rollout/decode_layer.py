@@ -1,8 +1,8 @@
 """One decoder layer's decode step, split into the regions torch.compile may fuse and the cache write it must not see.
 
 Not the decode loop (agentrl.rollout.fast_sampler) and not the attention forms (agentrl.rollout.decode_attention).
-A layer's step is three parts: `pre_attention` (input RMSNorm, q/k/v projections, Qwen3's q/k norms, RoPE),
-then the row's K/V written in place into the static cache and the attention over it, then `post_attention`
+A layer's step is three parts (the outer two defined in agentrl.rollout.fast_model, which prefill runs too):
+`pre_attention` (input RMSNorm, q/k/v projections, Qwen3's q/k norms, RoPE), then the row's K/V written in place into the static cache and the attention over it, then `post_attention`
 (o_proj, residual add, post-attention RMSNorm, SiLU-gated MLP, residual add). With compile_decode the two outer
 parts are each one torch.compile'd function shared by every layer (the layer is an argument; with inlined
 nn.Modules its weights are graph inputs, so a region compiles once, not once per layer); the cache write and the
@@ -26,23 +26,7 @@ from typing import Any
 import torch
 
 from agentrl.rollout.decode_attention import COMPILED_ONLY, attend
-from agentrl.rollout.fast_model import Projections, mlp, qkv
-
-
-def pre_attention(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  proj: Projections | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """h [b, L, H] (a decode step: L = 1, each row's last token; a prefill: its S query tokens), cos/sin
-    [b, 1, L, D] (the tokens' RoPE rows), all of the model's dtype -> q [b, nh, L, D], k and v [b, nkv, L, D]:
-    input RMSNorm, projections (one GEMM with the layer's fused `proj`), q/k norms (Qwen3), RoPE."""
-    return qkv(layer.self_attn, layer.input_layernorm(h), cos, sin, layer.self_attn.head_dim, proj)
-
-
-def post_attention(layer: Any, h: torch.Tensor, o: torch.Tensor, proj: Projections | None = None) -> torch.Tensor:
-    """h [b, L, H] (the layer's input, the residual stream), o [b, L, nh * D] (attention output, HF head order)
-    -> [b, L, H]: h + o_proj(o), then its post-attention-normed MLP added (as HF's decoder layer; gate and up one
-    GEMM with the layer's fused `proj`)."""
-    h = h + layer.self_attn.o_proj(o)
-    return h + mlp(layer, layer.post_attention_layernorm(h), proj)
+from agentrl.rollout.fast_model import Projections, post_attention, pre_attention
 
 
 @dataclass(frozen=True)

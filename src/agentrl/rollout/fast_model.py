@@ -112,6 +112,22 @@ def mlp(layer: Any, x: torch.Tensor, proj: Projections | None = None) -> torch.T
     return m.down_proj(m.act_fn(gate) * up)
 
 
+def pre_attention(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  proj: Projections | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """h [b, L, H] (a decode step: L = 1, each row's last token; a prefill: its S query tokens), cos/sin
+    [b, 1, L, D] (the tokens' RoPE rows), all of the model's dtype -> q [b, nh, L, D], k and v [b, nkv, L, D]:
+    input RMSNorm, projections (one GEMM with the layer's fused `proj`), q/k norms (Qwen3), RoPE."""
+    return qkv(layer.self_attn, layer.input_layernorm(h), cos, sin, layer.self_attn.head_dim, proj)
+
+
+def post_attention(layer: Any, h: torch.Tensor, o: torch.Tensor, proj: Projections | None = None) -> torch.Tensor:
+    """h [b, L, H] (the layer's input, the residual stream), o [b, L, nh * D] (attention output, HF head order)
+    -> [b, L, H]: h + o_proj(o), then its post-attention-normed MLP added (as HF's decoder layer; gate and up one
+    GEMM with the layer's fused `proj`)."""
+    h = h + layer.self_attn.o_proj(o)
+    return h + mlp(layer, layer.post_attention_layernorm(h), proj)
+
+
 def _fusable(arch: Arch) -> str:
     """Why the layers' projections cannot be fused ("" when they can): each of q/k/v_proj and gate/up_proj must be
     a plain torch.nn.Linear (not wrapped by peft or a quantizer), with biases on all of a group or none, and the
@@ -369,7 +385,7 @@ def prefill_slots(arch: Arch, st: SlotState, rope: tuple[torch.Tensor, torch.Ten
     rounding. Rows that extend kept KV read the cache with an explicit mask.
 
     Each layer's parts before and after its attention are `fns`'s (agentrl.rollout.decode_layer.LayerFns, default
-    its EAGER; the sampler's compiled regions with compile_decode, traced once more for a prefill's [b, S] shapes),
+    `pre_attention` / `post_attention` eager; the sampler's compiled regions with compile_decode, traced once more for a prefill's [b, S] shapes),
     fed the layer's fused projections `proj[layer]` when given (FusedProjections).
     """
     dev = st.lens.device
@@ -411,12 +427,11 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
     if not fresh:
         kcol = torch.arange(width + 1, device=dev)
         att = (kcol[None, None, :] <= qpos[:, :, None]) & (kcol[None, None, :] < width)
-    if fns is None:
-        from agentrl.rollout.decode_layer import EAGER as fns  # decode_layer imports this module
+    pre, post = (fns.pre, fns.post) if fns is not None else (pre_attention, post_attention)
     h = arch.embed(ids)
     for li, layer in enumerate(arch.layers):
         w = proj[li] if proj is not None else None
-        q, k, v = fns.pre(layer, h, cos, sin, w)
+        q, k, v = pre(layer, h, cos, sin, w)
         if contiguous:  # views: written in place
             kc = st.k[li][slots[0]: slots[0] + b, :, : width + 1]
             vc = st.v[li][slots[0]: slots[0] + b, :, : width + 1]
@@ -433,7 +448,7 @@ def _prefill_rows(arch: Arch, st: SlotState, rope, slots: list[int], ids: torch.
         if not contiguous:
             st.k[li][:, :, : width + 1].index_copy_(0, idx, kc)
             st.v[li][:, :, : width + 1].index_copy_(0, idx, vc)
-        h = fns.post(layer, h, o.transpose(1, 2).reshape(b, window, -1), w)
+        h = post(layer, h, o.transpose(1, 2).reshape(b, window, -1), w)
     last = h[torch.arange(b, device=dev), n_q - 1]  # [b, H]: each row's last real token
     return arch.head(arch.norm(last))
 
