@@ -201,10 +201,11 @@ def extra_row(args, spec: str, naive: dict) -> dict:
     RLConfig's default update on this device); speed and memory ratios against the naive run of the same
     (dtype, gc) in `naive` when it ran. `extra` holds the spec spelled out, `rlconfig_default` whether it is
     RLConfig's default here."""
-    dtype, gc, budget, compiled = parse_extra(spec, args.device)
-    spec = default_spec(args.device) if spec == "default" else spec
+    default = default_spec(args.device)
+    spec = default if spec == "default" else spec
+    dtype, gc, budget, compiled = parse_extra(spec)
     row: dict = {"dtype": dtype, "grad_ckpt": gc, "micro_tok": budget, "compiled": "yes" if compiled else "",
-                 "rows": args.rows, "extra": spec, "rlconfig_default": spec == default_spec(args.device)}
+                 "rows": args.rows, "extra": spec, "rlconfig_default": spec == default}
     try:
         r = run_config(args, dtype, gc, "packed", micro_tokens=budget, compiled=compiled)
         row.update(tokens=r["tokens"], policy_tok=r["policy_tokens"], packed_all_tok_s=r["all_tok_s"],

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from agentrl.chat.bundled import BUNDLED
 from agentrl.cli.args import AgentrlParser
 from agentrl.models.dtypes import DTYPE_HELP
-from agentrl.models.policy import PolicyConfig
+from agentrl.models.policy import FALSE_WORDS, TRUE_WORDS, PolicyConfig
 from agentrl.rl.config import FLAT, RLConfig, flat_fields
 
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
@@ -66,9 +66,9 @@ def group_of(name: str) -> str:
 def _str_to_bool(v: str) -> bool:
     """`true/false/yes/no/t/f/y/n/1/0` (any case) -> bool; else argparse.ArgumentTypeError."""
     s = str(v).lower()
-    if s in ("true", "t", "yes", "y", "1"):
+    if s in TRUE_WORDS:
         return True
-    if s in ("false", "f", "no", "n", "0"):
+    if s in FALSE_WORDS:
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
 

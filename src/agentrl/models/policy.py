@@ -13,6 +13,10 @@ from typing import Any
 from agentrl.chat.bundled import BUNDLED
 from agentrl.models.dtypes import DTYPE_HELP, DTYPES, dtype_arg
 
+# how a boolean flag's value may be spelled (any case): `--flag yes`, `--compile-layers true`
+TRUE_WORDS: tuple[str, ...] = ("true", "t", "yes", "y", "1")
+FALSE_WORDS: tuple[str, ...] = ("false", "f", "no", "n", "0")
+
 
 def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002 - HfArgumentParser's key
                type: Any = None, flat: str | None = None,  # noqa: A002 - argparse's keyword

@@ -13,13 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentrl.models.policy import flag_field
+from agentrl.models.policy import FALSE_WORDS, TRUE_WORDS, flag_field
 from agentrl.rl.estimators import ADV_ESTIMATORS, adv_mode_help
 from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
 ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
 COMPILE_LAYERS: tuple[str, ...] = ("auto", "on", "off")  # UpdateSection.compile_layers
-_TRUE, _FALSE = ("true", "t", "yes", "y", "1"), ("false", "f", "no", "n", "0")
 
 
 def compile_layers_arg(value: Any) -> Any:
@@ -33,8 +32,8 @@ def compile_layers_arg(value: Any) -> Any:
         low = value.strip().lower()
         if low in COMPILE_LAYERS:
             return low
-        if low in _TRUE or low in _FALSE:
-            return "on" if low in _TRUE else "off"
+        if low in TRUE_WORDS or low in FALSE_WORDS:
+            return "on" if low in TRUE_WORDS else "off"
     return value
 
 # Named presets: flat field values replacing the defaults (agentrl train --preset NAME; flags given on the

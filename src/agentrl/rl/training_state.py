@@ -35,7 +35,6 @@ def with_lora(cfg: RLConfig, model: Any) -> Any:
                       base=str(base.resolve()) if base.exists() else cfg.policy.model)
 
 
-
 def compile_for_update(cfg: RLConfig, model: Any) -> int:
     """Compile `model`'s decoder layers for the update (agentrl.rl.update.compile_decoder_layers: compiled inside
     the update only) when cfg.update.compile_layers resolves on for this run (resolve_compile_layers: its device
@@ -75,8 +74,8 @@ class TrainingState:
 
 def build_training_state(cfg: RLConfig, out: Path, model: Any) -> TrainingState:
     """The training state of `model` (loaded by agentrl.rl.run_setup.load_inputs): gradient checkpointing
-    and compiled decoder layers (compile_for_update) when asked, LoRA adapters, the optimizer over the trainable parameters,
-    the reference, and on --resume the latest checkpoint in `<out>/checkpoints` loaded into model and
+    and compiled decoder layers (compile_for_update) when asked, LoRA adapters, the optimizer over the trainable
+    parameters, the reference, and on --resume the latest checkpoint in `<out>/checkpoints` loaded into model and
     optimizer (partial checkpoints left by a kill removed first).
 
     Raises:

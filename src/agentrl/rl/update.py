@@ -35,6 +35,7 @@ from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
+from agentrl.rl.sections import COMPILE_LAYERS
 
 log = logging.getLogger("agentrl")
 # per model, the microbatch limits (micro, micro_tokens) that fit after an out-of-memory backoff (_accumulate_fitting)
@@ -425,7 +426,7 @@ def resolve_compile_layers(setting: str, device: torch.device | str, steps: int)
 
     Raises: ValueError for another setting.
     """
-    if setting not in ("auto", "on", "off"):
+    if setting not in COMPILE_LAYERS:
         raise ValueError(f"resolve_compile_layers: expected 'auto', 'on' or 'off', got {setting!r}")
     if setting == "auto":
         return torch.device(device).type == "cuda" and steps >= COMPILE_PAYBACK_STEPS

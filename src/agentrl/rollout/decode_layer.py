@@ -2,7 +2,8 @@
 
 Not the decode loop (agentrl.rollout.fast_sampler) and not the attention forms (agentrl.rollout.decode_attention).
 A layer's step is three parts (the outer two defined in agentrl.rollout.fast_model, which prefill runs too):
-`pre_attention` (input RMSNorm, q/k/v projections, Qwen3's q/k norms, RoPE), then the row's K/V written in place into the static cache and the attention over it, then `post_attention`
+`pre_attention` (input RMSNorm, q/k/v projections, Qwen3's q/k norms, RoPE), then the row's K/V written in place
+into the static cache and the attention over it, then `post_attention`
 (o_proj, residual add, post-attention RMSNorm, SiLU-gated MLP, residual add). With compile_decode the two outer
 parts are each one torch.compile'd function shared by every layer (the layer is an argument; with inlined
 nn.Modules its weights are graph inputs, so a region compiles once, not once per layer); the cache write and the

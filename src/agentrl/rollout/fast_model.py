@@ -134,10 +134,8 @@ def _fusable(arch: Arch) -> str:
     MLP must be gate/up/down with an `act_fn` (HF's Llama-family MLP)."""
     lin = torch.nn.Linear
     for i, layer in enumerate(arch.layers):
-        a, m = layer.self_attn, layer.mlp
-        groups = ((getattr(a, "q_proj", None), getattr(a, "k_proj", None), getattr(a, "v_proj", None)),
-                  (getattr(m, "gate_proj", None), getattr(m, "up_proj", None)))
-        for group in groups:
+        m = layer.mlp
+        for group in _groups(layer):
             if any(type(x) is not lin for x in group):
                 return f"layer {i}: {[type(x).__name__ for x in group]} are not all torch.nn.Linear"
             if len({x.bias is None for x in group}) > 1:
@@ -145,6 +143,23 @@ def _fusable(arch: Arch) -> str:
         if type(getattr(m, "down_proj", None)) is not lin or not callable(getattr(m, "act_fn", None)):
             return f"layer {i}: the MLP is not gate/up/down_proj with an act_fn"
     return ""
+
+
+def _groups(layer: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The layer's modules fused together, in their matrices' row order: (q_proj, k_proj, v_proj) and (gate_proj,
+    up_proj); None for one it lacks."""
+    a, m = layer.self_attn, layer.mlp
+    return (tuple(getattr(a, n, None) for n in ("q_proj", "k_proj", "v_proj")),
+            tuple(getattr(m, n, None) for n in ("gate_proj", "up_proj")))
+
+
+def _stacked(mods: tuple[Any, ...], name: str) -> torch.Tensor | None:
+    """An uninitialized tensor the size of `mods`' `name` tensors ("weight" or "bias") stacked by rows; None
+    when they have none."""
+    ts = [getattr(x, name) for x in mods]
+    if ts[0] is None:
+        return None
+    return torch.empty((sum(t.shape[0] for t in ts), *ts[0].shape[1:]), dtype=ts[0].dtype, device=ts[0].device)
 
 
 class FusedProjections:
@@ -163,25 +178,22 @@ class FusedProjections:
         if why:
             raise ValueError(f"fuse_projections: {why}")
         self.arch = arch
-        self.version: Any = None
-        self.layers: list[Projections] = []
-        for layer in arch.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.layers.append(Projections(*_cat(a.q_proj, a.k_proj, a.v_proj), *_cat(m.gate_proj, m.up_proj)))
+        self.version: Any = None  # nothing copied yet: the first refresh fills the buffers
+        self.layers = [Projections(_stacked(qkv_mods, "weight"), _stacked(qkv_mods, "bias"),
+                                   _stacked(gu_mods, "weight"), _stacked(gu_mods, "bias"))
+                       for qkv_mods, gu_mods in map(_groups, arch.layers)]
 
     def refresh(self, version: Any) -> bool:
-        """Copy the weights again unless `version` is the one last copied. Returns True when it copied."""
+        """Copy the weights (again) unless `version` is the one last copied. Returns True when it copied."""
         if version == self.version:
             return False
         with torch.no_grad():
             for layer, p in zip(self.arch.layers, self.layers, strict=True):
-                a, m = layer.self_attn, layer.mlp
-                for dst, mods in ((p.qkv, (a.q_proj, a.k_proj, a.v_proj)), (p.gate_up, (m.gate_proj, m.up_proj))):
-                    torch.cat([x.weight for x in mods], out=dst)
-                for dst, mods in ((p.qkv_bias, (a.q_proj, a.k_proj, a.v_proj)),
-                                  (p.gate_up_bias, (m.gate_proj, m.up_proj))):
+                (qkv_mods, gu_mods) = _groups(layer)
+                for dst, mods, name in ((p.qkv, qkv_mods, "weight"), (p.qkv_bias, qkv_mods, "bias"),
+                                        (p.gate_up, gu_mods, "weight"), (p.gate_up_bias, gu_mods, "bias")):
                     if dst is not None:
-                        torch.cat([x.bias for x in mods], out=dst)
+                        torch.cat([getattr(x, name) for x in mods], out=dst)
         self.version = version
         return True
 
@@ -189,14 +201,6 @@ class FusedProjections:
     def nbytes(self) -> int:
         """Bytes of the fused copies."""
         return sum(t.numel() * t.element_size() for p in self.layers for t in p if t is not None)
-
-
-def _cat(*mods: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(weight rows of `mods` stacked, their biases stacked or None): fresh tensors, detached."""
-    with torch.no_grad():
-        w = torch.cat([m.weight for m in mods]).detach()
-        b = None if mods[0].bias is None else torch.cat([m.bias for m in mods]).detach()
-    return w, b
 
 
 def rope_tables(arch: Arch, positions: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
