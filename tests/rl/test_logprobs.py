@@ -45,19 +45,93 @@ def test_logit_scale_is_mirrored(tiny_qwen3, make_batch):
     assert torch.allclose(lp[:, 1:], ref, atol=1e-10)
 
 
-def test_head_never_sees_full_sequence(tiny_qwen3, make_batch):
+@pytest.mark.parametrize("one_function", [True, False])
+def test_head_never_sees_full_sequence(tiny_qwen3, make_batch, monkeypatch, one_function):
+    """The head runs on chunks of at most chunk_rows policy positions, in forward and again in backward, through
+    ChunkedHead (one autograd Function) or, where it does not apply, per-chunk checkpointed head calls."""
+    import agentrl.rl.logprobs as logprobs
+
     model = tiny_qwen3(dtype=torch.float32)
     b = make_batch(n=6, length=14)
+    if not one_function:
+        monkeypatch.setattr(logprobs, "_fused_head_ok", lambda *a: False)
     shapes = []
-    model.lm_head.register_forward_hook(lambda mod, inp, out: shapes.append(tuple(out.shape)))
+    linear = torch.nn.functional.linear
+
+    def spy(x, w, bias=None):
+        out = linear(x, w, bias)
+        if w.data_ptr() == model.lm_head.weight.data_ptr():  # the weight or a detached view of it
+            shapes.append(tuple(out.shape))
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
     lp, _ = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, chunk_rows=5)
-    lp.sum().backward()  # the checkpointed chunks recompute the head in backward
+    lp.sum().backward()  # the head's chunks are recomputed in backward
     m = b.num_policy_tokens
     n_chunks = -(-m // 5)
     assert all(len(s) == 2 and s[0] <= 5 and s[1] == 61 for s in shapes), shapes
     assert len(shapes) == 2 * n_chunks  # forward + recompute, chunked, never [N, L, V]
     assert sum(s[0] for s in shapes) == 2 * m < 2 * b.input_ids.numel()
     assert model.lm_head.weight.grad is not None and torch.isfinite(model.lm_head.weight.grad).all()
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_chunked_head_gives_the_per_chunk_paths_values_and_gradients(tiny_qwen3, make_batch, monkeypatch, tie):
+    """ChunkedHead (every chunk in one Function, the head weight's gradient accumulated in place) against the
+    per-chunk checkpointed head calls: the same log-probs, entropies and gradients of every parameter (fp64, tied
+    and untied head, temperature and top-k warpers, a last chunk shorter than the others), with a loss weighting
+    each position differently."""
+    import agentrl.rl.logprobs as logprobs
+
+    model = tiny_qwen3(tie=tie, dtype=torch.float64)
+    b = make_batch(n=6, length=14)
+    w = torch.rand(b.input_ids.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    used = []
+    apply = logprobs.ChunkedHead.apply
+    monkeypatch.setattr(logprobs.ChunkedHead, "apply", lambda *a: used.append(1) or apply(*a))
+    got = []
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(logprobs, "_fused_head_ok", lambda *a: False)
+        model.zero_grad()
+        lp, ent = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, chunk_rows=4,
+                                  temperature=0.7, top_k=9)
+        lp_fin = torch.where(torch.isinf(lp), torch.zeros_like(lp), lp)
+        (lp_fin * w).sum().backward()
+        got.append((lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert used == [1]  # the first pass took ChunkedHead, the second the per-chunk calls
+    (lp1, en1, g1), (lp2, en2, g2) = got
+    assert torch.equal(torch.isinf(lp1), torch.isinf(lp2)) and torch.isinf(lp1).any()  # top-k drops some targets
+    torch.testing.assert_close(lp1, lp2, atol=1e-12, rtol=0)
+    torch.testing.assert_close(en1, en2, atol=1e-12, rtol=0)
+    for a, r in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, r, atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_head_grad_into_adds_the_same_gradient_straight_into_grad(tiny_qwen3, make_batch, tie):
+    """head_grad_into=True (what the update passes): two backward passes accumulate into .grad exactly what the
+    gradient through autograd accumulates, for every parameter (fp64, tied and untied head, a second pass onto
+    existing gradients, as microbatches do), and autograd never hands the head weight a gradient of its own (the
+    tied weight's .grad is written by ChunkedHead, then added to by the embedding's backward)."""
+    model = tiny_qwen3(tie=tie, dtype=torch.float64)
+    b = make_batch(n=6, length=14)
+    halves = (slice(0, 3), slice(3, 6))
+    got = []
+    for into in (False, True):
+        model.zero_grad(set_to_none=True)
+        for rows in halves:
+            lp, _ = policy_logprobs(model, b.input_ids[rows], b.attention_mask[rows], b.policy_mask[rows],
+                                    chunk_rows=4, temperature=0.9, head_grad_into=into)
+            (lp * torch.linspace(0.5, 1.5, lp.shape[1], dtype=lp.dtype)).sum().backward()
+        got.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert got[0].keys() == got[1].keys()
+    for name in got[0]:
+        torch.testing.assert_close(got[1][name], got[0][name], atol=1e-12, rtol=1e-9, msg=name)
+    # through torch.autograd.grad the default path still returns the head weight's gradient
+    lp, _ = policy_logprobs(model, b.input_ids, b.attention_mask, b.policy_mask, chunk_rows=4)
+    (g,) = torch.autograd.grad(lp.sum(), [model.lm_head.weight])
+    assert torch.isfinite(g).all() and g.abs().sum() > 0
 
 
 def test_gradient_matches_full_logits(tiny_qwen3, make_batch):

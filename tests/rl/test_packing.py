@@ -86,12 +86,34 @@ def test_packed_attention_refuses_dropout_and_delegates_without_pack(tiny_qwen3)
     q = torch.randn(1, 4, 5, 8, dtype=torch.float64)
     kv = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     with pytest.raises(ValueError, match="dropout"):
-        packing.packed_attention(attn, q, kv, kv, None, dropout=0.1, packed_bounds=(0, 5))
-    out, _ = packing.packed_attention(attn, q, kv, kv, None, scaling=8 ** -0.5, packed_bounds=(0, 2, 5))
+        packing.packed_attention(attn, q, kv, kv, None, dropout=0.1, packed_cu=torch.tensor([0, 5]),
+                                 packed_bounds=(0, 5))
+    cu = torch.tensor([0, 2, 5], dtype=torch.int32)
+    out, _ = packing.packed_attention(attn, q, kv, kv, None, scaling=8 ** -0.5, packed_cu=cu, packed_bounds=(0, 2, 5))
+    # without the Python bounds (packed_hidden leaves them out where varlen_attn runs) they are read from packed_cu
+    out_cu, _ = packing.packed_attention(attn, q, kv, kv, None, scaling=8 ** -0.5, packed_cu=cu)
+    assert torch.equal(out_cu, out)
     ref = torch.cat([torch.nn.functional.scaled_dot_product_attention(
         q[:, :, a:c], kv[:, :, a:c].repeat_interleave(2, 1), kv[:, :, a:c].repeat_interleave(2, 1), is_causal=True)
         for a, c in ((0, 2), (2, 5))], 2).transpose(1, 2)
     assert torch.allclose(out, ref, atol=1e-12)
+
+
+def test_row_bounds_stay_out_of_the_layers_arguments_where_varlen_runs(monkeypatch):
+    """Where varlen_attn runs (CUDA, bf16/fp16) the layers get only the offsets tensor and the longest row: no tuple
+    of Python ints whose length, a compiled layer's guard, changes with each microbatch's row count (each new count
+    recompiled the update's layers); elsewhere the per-row SDPA path gets the bounds too."""
+    cu = torch.tensor([0, 3, 7, 12], dtype=torch.int32)
+    monkeypatch.setitem(packing._VARLEN, "fn", lambda *a, **k: None)
+    monkeypatch.setitem(packing._VARLEN, "params", ())
+    monkeypatch.setitem(packing._VARLEN, "broken", False)
+    cuda = torch.device("cuda")
+    kw = packing.pack_kwargs(cu, 5, cuda, torch.bfloat16)
+    assert set(kw) == {"packed_cu", "packed_max"} and kw["packed_cu"] is cu and kw["packed_max"] == 5
+    for device, dtype in ((cuda, torch.float32), (torch.device("cpu"), torch.bfloat16)):
+        assert packing.pack_kwargs(cu, 5, device, dtype)["packed_bounds"] == (0, 3, 7, 12)
+    monkeypatch.setitem(packing._VARLEN, "broken", True)  # a torch whose kernel failed once: per-row SDPA
+    assert packing.pack_kwargs(cu, 5, cuda, torch.bfloat16)["packed_bounds"] == (0, 3, 7, 12)
 
 
 def _lora(model, dropout=0.0):
@@ -177,3 +199,34 @@ def test_packed_equals_padded_on_llama(make_batch):
     assert (lp - lp_ref).abs().max() <= 1e-5 and (ent - ent_ref).abs().max() <= 1e-5  # fp32 RoPE/norm inside
     for k in g_ref:
         assert (g[k] - g_ref[k]).abs().max() <= 1e-5 * g_ref[k].abs().max().clamp(min=1.0), k
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (varlen FlashAttention)")
+@pytest.mark.parametrize("native", [True, False])
+def test_varlen_attention_with_grouped_heads_native_or_repeated_on_cuda(tiny_qwen3, make_batch, native):
+    """bf16 on CUDA, 4 query / 2 key-value heads: the packed trunk through varlen_attn with the key/value heads as
+    they are (where _probe_native_gqa finds the kernel takes them) and repeated to every query head give the same
+    log-probs and gradients, and both stay within bf16 rounding of the padded forward."""
+    model = tiny_qwen3(dtype=torch.bfloat16).cuda()
+    b = make_batch(n=6, length=14, dtype=torch.float32).to("cuda")
+    fn, _ = packing._varlen_fn()
+    if fn is None:
+        pytest.skip("this torch has no varlen_attn")
+    probed = packing._probe_native_gqa(torch.device("cuda"), torch.bfloat16)
+    if native and not probed:
+        pytest.skip("this torch's varlen_attn needs equal head counts (the repeat path is tested)")
+    w = torch.randn(b.input_ids.shape, generator=torch.Generator().manual_seed(3)).cuda()
+    saved = packing._VARLEN.get("gqa")
+    try:
+        packing._VARLEN["gqa"] = native
+        lp, _, g = _grads(model, b, True, w)
+        packing._VARLEN["gqa"] = not native
+        lp_other, _, g_other = _grads(model, b, True, w)
+    finally:
+        packing._VARLEN["gqa"] = saved
+    lp_pad, _, _ = _grads(model, b, False, w)
+    assert not packing._VARLEN.get("broken")
+    torch.testing.assert_close(lp, lp_other, atol=2e-2, rtol=0)
+    for k in g:
+        torch.testing.assert_close(g[k].float(), g_other[k].float(), atol=5e-2, rtol=5e-2, msg=k)
+    assert (lp - lp_pad).abs().max() < 0.1

@@ -55,7 +55,7 @@ def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None
     group = q.shape[1] // k.shape[1]
     if group > 1 and "enable_gqa" in params:
         kw["enable_gqa"] = True
-    elif group > 1:
+    elif group > 1 and not _VARLEN.get("gqa"):  # _probe_native_gqa: this torch's kernel needs equal head counts
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     if "is_causal" in params:
         kw["is_causal"] = True
@@ -73,6 +73,33 @@ def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None
     return out[None]
 
 
+def _probe_native_gqa(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether this torch's varlen_attn takes key/value with fewer heads than the query (grouped-query attention)
+    without an `enable_gqa` flag, as the FlashAttention kernels under it do, giving what the keys and values
+    repeated per query head give. Probed once (a 2-row call of 4 query and 2 key/value heads, outside any
+    compiled region: packed_hidden calls it) and cached in _VARLEN["gqa"]. Without it, `_varlen_attention`
+    repeats the keys and values to every query head, which costs the [T, H, D] copies, their gradients' sums
+    and their memory in each layer's backward."""
+    if "gqa" in _VARLEN:
+        return _VARLEN["gqa"]
+    fn, params = _varlen_fn()
+    ok = False
+    if fn is not None and "enable_gqa" not in params and device.type == "cuda":
+        g = torch.Generator(device=device).manual_seed(0)
+        q = torch.randn(12, 4, 64, device=device, dtype=dtype, generator=g)
+        k, v = (torch.randn(12, 2, 64, device=device, dtype=dtype, generator=g) for _ in range(2))
+        cu = torch.tensor([0, 5, 12], device=device, dtype=torch.int32)
+        kw = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+        try:
+            native = fn(q, k, v, cu, cu, 7, 7, **kw)
+            rep = fn(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), cu, cu, 7, 7, **kw)
+            ok = bool(torch.allclose(native.float(), rep.float(), atol=1e-2, rtol=0))
+        except (RuntimeError, NotImplementedError, TypeError, ValueError):
+            ok = False
+    _VARLEN["gqa"] = ok
+    return ok
+
+
 def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: Any, *, scaling: float | None = None, dropout: float = 0.0,
                      packed_cu: torch.Tensor | None = None, packed_bounds: tuple[int, ...] = (),
@@ -81,13 +108,15 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     module's original attention implementation when called without a pack (generate, plain forwards).
 
     query [1, H, T, D], key/value [1, Hkv, T, D] (RoPE applied); packed_cu [R+1] int32 row offsets on the
-    device, packed_bounds the same as Python ints, packed_max the longest row. Returns ([1, T, H, D], None)
+    device (None: not a pack), packed_bounds the same as Python ints where the per-row SDPA path will run
+    (packed_hidden leaves them out where varlen_attn runs: a tuple's length is a guard of the compiled layers, so
+    every new row count recompiled them), packed_max the longest row. Returns ([1, T, H, D], None)
     as transformers' own attention functions do.
 
     Raises:
         ValueError: a pack with attention dropout.
     """
-    if not packed_bounds:
+    if packed_cu is None:
         return _base_attention(module)(module, query, key, value, attention_mask, scaling=scaling,
                                        dropout=dropout, **kwargs)
     if dropout:
@@ -98,7 +127,8 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
             return out, None
     group = query.shape[1] // key.shape[1]
     outs = []
-    for a, b in zip(packed_bounds[:-1], packed_bounds[1:], strict=True):
+    bounds = packed_bounds or tuple(int(x) for x in packed_cu.tolist())  # varlen_attn turned out unusable
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         k, v = key[:, :, a:b], value[:, :, a:b]
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -158,6 +188,21 @@ def packable(model: Any, attention_mask: torch.Tensor) -> bool:
     return bool(((cols[None, :] < lengths[:, None]) == attention_mask.bool()).all()) and bool((lengths > 0).all())
 
 
+def pack_kwargs(cu: torch.Tensor, max_len: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """The keyword arguments the trunk hands every layer's packed_attention: packed_cu (`cu`, [R+1] int32 row
+    offsets), packed_max (`max_len`, the longest row) and, only where the per-row SDPA path will run (not CUDA
+    bf16/fp16 with a working varlen_attn), packed_bounds, the offsets as Python ints. A tuple's length is one of
+    a compiled layer's guards, so with the bounds among their arguments every new row count per microbatch
+    recompiled the update's layers (measured on the H200: 6 recompiles, 7-13 s each, in a run's first 6 steps; after
+    torch's recompile limit of 8 a layer call of a new shape runs eager); the varlen path reads the tensor."""
+    varlen = (device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and _varlen_fn()[0] is not None
+              and not _VARLEN.get("broken"))
+    kw: dict[str, Any] = {"packed_cu": cu, "packed_max": max_len}
+    if not varlen:
+        kw["packed_bounds"] = tuple(int(x) for x in cu.tolist())
+    return kw
+
+
 def packed_hidden(trunk: Any, cfg: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Last hidden states of the real tokens of a right-padded batch, run as one padding-free pack.
@@ -173,15 +218,17 @@ def packed_hidden(trunk: Any, cfg: Any, input_ids: torch.Tensor, attention_mask:
     """
     _install(trunk)
     device = input_ids.device
+    dtype = next(trunk.parameters()).dtype
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+        _probe_native_gqa(device, dtype)
     keep = attention_mask.bool()
     lengths = keep.sum(1)
     cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=device)
     cu[1:] = lengths.cumsum(0)
-    bounds = tuple(int(x) for x in cu.tolist())
     positions = (torch.arange(input_ids.shape[1], device=device)[None, :].expand_as(input_ids))[keep]
     masks = None  # Llama / Mistral build their mask from None (ignored: packed_attention masks by segment)
     if getattr(cfg, "model_type", None) in MASK_DICT_TYPES:  # a prepared per-layer-type mask dict: nothing built
         masks = {t: None for t in (set(getattr(cfg, "layer_types", None) or []) | {"full_attention"})}
     out = trunk(input_ids=input_ids[keep][None], position_ids=positions[None], attention_mask=masks,
-                packed_cu=cu, packed_bounds=bounds, packed_max=int(lengths.max()), use_cache=False)
+                use_cache=False, **pack_kwargs(cu, int(lengths.max()), device, dtype))
     return out.last_hidden_state[0], cu[:-1].long()

@@ -17,6 +17,7 @@ from agentrl.rl.checkpoint import latest_checkpoint, load_checkpoint, remove_par
 from agentrl.rl.config import RLConfig
 from agentrl.rl.update import (
     COMPILE_PAYBACK_STEPS,
+    adamw,
     checkpoint_if_configured,
     compile_decoder_layers,
     resolve_compile_layers,
@@ -88,7 +89,7 @@ def build_training_state(cfg: RLConfig, out: Path, model: Any) -> TrainingState:
     if not trainable and cfg.run.steps > 0:
         raise ValueError(f"--model {cfg.policy.model}: no trainable parameters (a frozen model cannot be trained)")
     # an evaluation (steps 0) of a frozen model, e.g. a merged LoRA checkpoint, needs no optimizer
-    opt = torch.optim.AdamW(trainable, lr=cfg.update.lr, weight_decay=cfg.update.weight_decay) if trainable else None
+    opt = adamw(trainable, lr=cfg.update.lr, weight_decay=cfg.update.weight_decay) if trainable else None
     ref = None
     # LoRA: the policy with its adapters off is the reference (no second copy; its compiled layers run compiled in
     # the update, as the policy's); a full copy runs eager (nn.Module.__getstate__ leaves out the compiled dispatch)

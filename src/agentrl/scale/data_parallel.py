@@ -36,7 +36,7 @@ from agentrl.rl.backend import LocalBackend
 from agentrl.rl.config import RLConfig
 from agentrl.rl.run_setup import load_inputs, run_task_sets
 from agentrl.rl.session import RunSession, default_sandbox
-from agentrl.rl.update import checkpoint_if_configured
+from agentrl.rl.update import adamw, checkpoint_if_configured
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.scale.context import DistContext, shard_groups
 from agentrl.scale.fsdp import (
@@ -151,8 +151,8 @@ class DataParallelBackend:
         if sess.ref_model is not None:
             broadcast_module(sess.ref_model)
         engine = build_engine(sess.model, ctx.device)
-        opt = torch.optim.AdamW([p for p in engine.parameters() if p.requires_grad], lr=sess.cfg.update.lr,
-                                weight_decay=sess.cfg.update.weight_decay)
+        opt = adamw([p for p in engine.parameters() if p.requires_grad], lr=sess.cfg.update.lr,
+                    weight_decay=sess.cfg.update.weight_decay)
         if sess.start_step > 0:
             load_optimizer_state(engine, opt, sess.optimizer.state_dict() if ctx.is_main else None,
                                  sess.model, is_main=ctx.is_main)

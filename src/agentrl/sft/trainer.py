@@ -21,6 +21,7 @@ from torch import nn
 
 from agentrl.rl.batch import collate
 from agentrl.rl.logprobs import policy_logprobs
+from agentrl.rl.update import adamw
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.sft.config import SFTConfig  # noqa: F401 - re-exported (it lived here)
 
@@ -158,8 +159,8 @@ def sft(
                          f"max_tokens={cfg.max_tokens}")
     device = next(model.parameters()).device
     model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                                  betas=cfg.betas, weight_decay=cfg.weight_decay)
+    optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=tuple(cfg.betas),
+                      weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(keep) / cfg.batch)
     total = per_epoch * cfg.epochs
     step = 0
