@@ -35,12 +35,12 @@ from agentrl.rl.logprobs import policy_logprobs
 
 
 def naive_logprobs(model, input_ids, attention_mask, policy_mask, *, chunk_rows: int = 0, temperature: float = 1.0,
-                   top_k: int = 0, top_p: float = 1.0, pack: bool | None = None):
+                   top_k: int = 0, top_p: float = 1.0, pack: bool | None = None, head_grad_into: bool = False):
     """Full-logit log-probs: model(...).logits [N, L, V] in fp32, log_softmax over all of it, then gather.
 
-    Same outputs as agentrl.rl.logprobs.policy_logprobs ([N, L] logp and entropy, 0 off-policy); `chunk_rows`
-    and `pack` are accepted and ignored (always padded). Entropy is taken at policy positions only (the [N, L, V]
-    tensor is already built). top_k / top_p must be off (0 / 1.0: the bench's RLConfig defaults).
+    Same outputs as agentrl.rl.logprobs.policy_logprobs ([N, L] logp and entropy, 0 off-policy); `chunk_rows`,
+    `pack` and `head_grad_into` are accepted and ignored (always padded, the gradient through autograd). Entropy
+    is taken at policy positions only (the [N, L, V] tensor is already built). top_k / top_p must be off (0 / 1.0: the bench's RLConfig defaults).
     """
     if top_k or top_p < 1.0:
         raise ValueError("naive_logprobs: top-k / top-p warping is not implemented in the full-logits baseline")
@@ -93,7 +93,7 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, co
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
                    gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed",
                    micro_tokens=micro_tokens)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.update.lr, weight_decay=0.0)
+    opt = update.adamw(model.parameters(), lr=cfg.update.lr)  # the trainer's (fused on CUDA)
     saved = update.policy_logprobs
     update.policy_logprobs = naive_logprobs if method == "naive" else policy_logprobs
     runs, static = [], []

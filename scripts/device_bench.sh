@@ -6,6 +6,7 @@
 #   bash scripts/device_bench.sh run DEADLINE_S [PART...] # on the device (carry .benchcarry): run_issue26.sh's
 #                                                         # parts (all when none named) into /tmp/bench/i26, then
 #                                                         # $OUT/i26.tgz (every part so far: a later call adds parts)
+#   bash scripts/device_bench.sh sh CMD [ARG...]          # on the device: CMD with the benchmarks' environment
 #   bash scripts/device_bench.sh test                     # on the device: the CUDA tests of the paths the parts time
 #                                                         # (KV release, the Triton decode kernel compiled)
 #
@@ -52,10 +53,14 @@ case "$cmd" in
     sed -n '/=== summary ===/,$p' /tmp/bench/run.log | cut -c1-220
     tar czf "$OUT/i26.tgz" -C /tmp/bench i26 run.log
     ;;
+  sh)  # any command with the benchmarks' environment, e.g. sh python3 bench/profile_update.py --device cuda
+    env_for_bench; site || exit 3
+    "$@"
+    ;;
   test)
     env_for_bench; site || exit 3
     python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/rollout/test_kv_release.py \
       tests/rollout/test_triton_decode.py "$@" 2>&1 | tail -n 15
     ;;
-  *) echo "usage: device_bench.sh prepare | run DEADLINE_S [PART...] | test [PYTEST_ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: device_bench.sh prepare | run DEADLINE_S [PART...] | sh CMD [ARG...] | test [PYTEST_ARGS...]" >&2; exit 2 ;;
 esac
