@@ -247,21 +247,22 @@ def policy_logprobs(
     logit_scale = getattr(model, "logit_scale", None)
     logit_scale = float(logit_scale) if isinstance(logit_scale, (int, float)) else None
     logps, ents = [], []
-    if h_sel.shape[0] and _fused_head_ok(head, h_sel, entropy_grad):  # one Function over every chunk (ChunkedHead says why)
+    if h_sel.shape[0] and _fused_head_ok(head, h_sel, entropy_grad):  # one Function, every chunk (ChunkedHead)
         post = functools.partial(_logits_logp, warpers=warpers, softcap=softcap, logit_scale=logit_scale)
         into = head_grad_into and type(head.weight) is nn.Parameter  # not a DTensor (FSDP) or another subclass
         lp, en = ChunkedHead.apply(h_sel, head.weight, targets, post, chunk_rows, into)
         logps, ents = [lp], [en]
-    for start in range(0, h_sel.shape[0] if not logps else 0, chunk_rows):
-        h = h_sel[start: start + chunk_rows]
-        t = targets[start: start + chunk_rows]
-        if torch.is_grad_enabled() and h.requires_grad:
-            lp, en = checkpoint(_head_chunk, head, h, t, warpers, softcap, logit_scale, entropy_grad,
-                                use_reentrant=False)
-        else:
-            lp, en = _head_chunk(head, h, t, warpers, softcap, logit_scale, entropy_grad)
-        logps.append(lp)
-        ents.append(en)
+    else:
+        for start in range(0, h_sel.shape[0], chunk_rows):
+            h = h_sel[start: start + chunk_rows]
+            t = targets[start: start + chunk_rows]
+            if torch.is_grad_enabled() and h.requires_grad:
+                lp, en = checkpoint(_head_chunk, head, h, t, warpers, softcap, logit_scale, entropy_grad,
+                                    use_reentrant=False)
+            else:
+                lp, en = _head_chunk(head, h, t, warpers, softcap, logit_scale, entropy_grad)
+            logps.append(lp)
+            ents.append(en)
     out_dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
     out_lp = torch.zeros((n, length), dtype=out_dtype, device=input_ids.device)
     out_en = torch.zeros((n, length), dtype=out_dtype, device=input_ids.device)

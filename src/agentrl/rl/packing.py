@@ -44,6 +44,14 @@ def _varlen_fn():
     return _VARLEN["fn"], _VARLEN["params"]
 
 
+def _varlen_applies(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether packed attention on `device` in `dtype` goes through varlen_attn: CUDA, bf16/fp16, a torch that has
+    it and whose kernel has not failed here (otherwise: per-row SDPA). The one test packed_hidden, pack_kwargs and
+    packed_attention share."""
+    return (device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and _varlen_fn()[0] is not None
+            and not _VARLEN.get("broken"))
+
+
 def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None):
     """query [1, H, T, D], key/value [1, Hkv, T, D] -> [1, T, H, D] through varlen_attn, or None if unusable."""
     fn, params = _varlen_fn()
@@ -121,7 +129,7 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
                                        dropout=dropout, **kwargs)
     if dropout:
         raise ValueError("packed_attention: attention dropout is not supported")
-    if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
+    if _varlen_applies(query.device, query.dtype):
         out = _varlen_attention(query, key, value, packed_cu, packed_max, scaling)
         if out is not None:
             return out, None
@@ -190,15 +198,13 @@ def packable(model: Any, attention_mask: torch.Tensor) -> bool:
 
 def pack_kwargs(cu: torch.Tensor, max_len: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The keyword arguments the trunk hands every layer's packed_attention: packed_cu (`cu`, [R+1] int32 row
-    offsets), packed_max (`max_len`, the longest row) and, only where the per-row SDPA path will run (not CUDA
-    bf16/fp16 with a working varlen_attn), packed_bounds, the offsets as Python ints. A tuple's length is one of
+    offsets), packed_max (`max_len`, the longest row) and, only where the per-row SDPA path will run (not
+    `_varlen_applies`), packed_bounds, the offsets as Python ints. A tuple's length is one of
     a compiled layer's guards, so with the bounds among their arguments every new row count per microbatch
     recompiled the update's layers (measured on the H200: 6 recompiles, 7-13 s each, in a run's first 6 steps; after
     torch's recompile limit of 8 a layer call of a new shape runs eager); the varlen path reads the tensor."""
-    varlen = (device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and _varlen_fn()[0] is not None
-              and not _VARLEN.get("broken"))
     kw: dict[str, Any] = {"packed_cu": cu, "packed_max": max_len}
-    if not varlen:
+    if not _varlen_applies(device, dtype):
         kw["packed_bounds"] = tuple(int(x) for x in cu.tolist())
     return kw
 
@@ -219,7 +225,7 @@ def packed_hidden(trunk: Any, cfg: Any, input_ids: torch.Tensor, attention_mask:
     _install(trunk)
     device = input_ids.device
     dtype = next(trunk.parameters()).dtype
-    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+    if _varlen_applies(device, dtype):
         _probe_native_gqa(device, dtype)
     keep = attention_mask.bool()
     lengths = keep.sum(1)
