@@ -31,6 +31,7 @@ from bench_update import LONG_RUN_STEPS, make_batch
 
 import agentrl.rl.update as update
 from agentrl.models.device import DEVICE_HELP, dtype_arg, resolve_device
+from agentrl.rl import packing
 from agentrl.rl.config import RLConfig
 
 _FRAME_KEYS = ("agentrl", "transformers", "checkpoint", "torchinductor", "bench/")
@@ -240,8 +241,14 @@ def main() -> int:
     p.add_argument("--ac-inside", dest="ac_inside", action="store_true",
                    help="experiment: each layer's checkpoint traced inside its compiled region (torch.compile of "
                         "checkpoint(layer)), instead of HF's checkpoint around the compiled layer")
+    p.add_argument("--attention-head-groups", dest="head_groups", type=int, default=packing.ATTENTION_HEAD_GROUPS,
+                   help="each layer's packed attention as this many calls of a group of heads "
+                        "(agentrl.rl.packing.ATTENTION_HEAD_GROUPS; the backward's transients shrink with it)")
     p.add_argument("--tag", default="", help="suffix of the output file's name")
     args = p.parse_args()
+    if args.head_groups < 1:
+        p.error("--attention-head-groups must be >= 1")
+    packing.ATTENTION_HEAD_GROUPS = args.head_groups
     cuda = str(args.device).startswith("cuda")
     if args.act_budget is not None:
         import torch._functorch.config as fconfig
@@ -271,7 +278,8 @@ def main() -> int:
     lines = [f"# profile_update: model={model_name(args.config)}, dtype={args.dtype}, rows={args.rows}, "
              f"tokens={tokens}, policy tokens={int(batch.num_policy_tokens)}, minibatches={args.minibatches}, "
              f"micro_tokens={args.micro_tokens}, chunk_rows={args.chunk_rows}, checkpointing={args.gc}, "
-             f"compiled={compiled}{' (checkpoint inside)' if args.ac_inside else ''}, act_budget={args.act_budget}, optimizer={type(opt).__name__}"
+             f"compiled={compiled}{' (checkpoint inside)' if args.ac_inside else ''}, act_budget={args.act_budget}, "
+             f"attention_head_groups={args.head_groups}, optimizer={type(opt).__name__}"
              f"(fused={opt.defaults.get('fused')}), device={args.device}, torch={torch.__version__}",
              f"warm-up update {warm:.1f} s; timed update {r['update_s'] * 1e3:.0f} ms = {tokens / r['update_s']:,.0f} "
              f"tokens/s; peak above static {above:.2f} GiB (static {static / 2**30:.2f} GiB)"]

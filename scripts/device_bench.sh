@@ -8,7 +8,8 @@
 #                                                         # $OUT/i26.tgz (every part so far: a later call adds parts)
 #   bash scripts/device_bench.sh sh CMD [ARG...]          # on the device: CMD with the benchmarks' environment
 #   bash scripts/device_bench.sh test                     # on the device: the CUDA tests of the paths the parts time
-#                                                         # (KV release, the Triton decode kernel compiled)
+#                                                         # (KV release, the Triton decode kernel compiled, packed
+#                                                         # varlen attention: grouped heads, head groups)
 #
 # `run` keeps /tmp/bench/i26 between calls on a warm machine (the next call must come within ~30 s), so two calls
 # of ~560 s run every part (bench/README.md). The wheels are those of scripts/device_wheels.txt that the benchmarks'
@@ -60,7 +61,7 @@ case "$cmd" in
   test)
     env_for_bench; site || exit 3
     python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/rollout/test_kv_release.py \
-      tests/rollout/test_triton_decode.py "$@" 2>&1 | tail -n 15
+      tests/rollout/test_triton_decode.py tests/rl/test_packing.py "$@" 2>&1 | tail -n 15
     ;;
   *) echo "usage: device_bench.sh prepare | run DEADLINE_S [PART...] | sh CMD [ARG...] | test [PYTEST_ARGS...]" >&2; exit 2 ;;
 esac

@@ -116,6 +116,71 @@ def test_row_bounds_stay_out_of_the_layers_arguments_where_varlen_runs(monkeypat
     assert packing.pack_kwargs(cu, 5, cuda, torch.bfloat16)["packed_bounds"] == (0, 3, 7, 12)
 
 
+def _cpu_varlen(calls):
+    """A reference varlen_attn on the CPU (FlashAttention's contract: q [T, H, D], k/v [T, Hkv, D] with Hkv dividing
+    H, cu_seqlens, causal within each row) that records each call's head counts."""
+    def fn(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=True, scale=None):
+        calls.append((q.shape[1], k.shape[1]))
+        rep = q.shape[1] // k.shape[1]
+        bounds = [int(x) for x in cu_q]
+        outs = [torch.nn.functional.scaled_dot_product_attention(
+            q[a:b].transpose(0, 1), k[a:b].transpose(0, 1).repeat_interleave(rep, 0),
+            v[a:b].transpose(0, 1).repeat_interleave(rep, 0), is_causal=is_causal, scale=scale).transpose(0, 1)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return torch.cat(outs, 0)
+    return fn
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_attention_split_into_head_groups_gives_the_same_values_and_gradients(monkeypatch, native):
+    """ATTENTION_HEAD_GROUPS: each group of heads its own varlen call (8 query / 4 key-value heads in 2 and 4
+    groups; key/value heads passed as they are or repeated to every query head) gives the one call's output and
+    q/k/v gradients (fp64, to 1e-12), and the per-row SDPA path's; a count that does not divide the key/value
+    heads (3) runs one call."""
+    calls = []
+    monkeypatch.setitem(packing._VARLEN, "fn", _cpu_varlen(calls))
+    monkeypatch.setitem(packing._VARLEN, "params", ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q",
+                                                    "max_k", "is_causal", "scale"))
+    monkeypatch.setitem(packing._VARLEN, "broken", False)
+    monkeypatch.setitem(packing._VARLEN, "gqa", native)
+    g = torch.Generator().manual_seed(0)
+    q0 = torch.randn(1, 8, 11, 16, generator=g, dtype=torch.float64)
+    k0, v0 = (torch.randn(1, 4, 11, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    w = torch.randn(1, 11, 8, 16, generator=g, dtype=torch.float64)
+    cu = torch.tensor([0, 4, 5, 11], dtype=torch.int32)
+
+    def run(groups):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        calls.clear()
+        out = packing._varlen_attention(q, k, v, cu, 6, 0.3, groups)
+        (out * w).sum().backward()
+        return out.detach(), q.grad, k.grad, v.grad, list(calls)
+
+    ref = run(1)
+    assert ref[4] == [(8, 4 if native else 8)]
+    for groups in (2, 4):
+        got = run(groups)
+        assert got[4] == [(8 // groups, (4 if native else 8) // groups)] * groups
+        for a, b in zip(got[:4], ref[:4], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    assert len(run(3)[4]) == 1
+    q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+    sdpa, _ = packing.packed_attention(None, q, k, v, None, scaling=0.3, packed_cu=cu, packed_bounds=(0, 4, 5, 11),
+                                       packed_max=6)
+    torch.testing.assert_close(sdpa.detach(), ref[0], atol=1e-12, rtol=0)
+
+
+def test_head_groups_reach_the_layers_only_where_varlen_runs(monkeypatch):
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    monkeypatch.setitem(packing._VARLEN, "fn", lambda *a, **k: None)
+    monkeypatch.setitem(packing._VARLEN, "params", ())
+    monkeypatch.setitem(packing._VARLEN, "broken", False)
+    assert "packed_head_groups" not in packing.pack_kwargs(cu, 4, torch.device("cuda"), torch.bfloat16)
+    monkeypatch.setattr(packing, "ATTENTION_HEAD_GROUPS", 2)
+    assert packing.pack_kwargs(cu, 4, torch.device("cuda"), torch.bfloat16)["packed_head_groups"] == 2
+    assert "packed_head_groups" not in packing.pack_kwargs(cu, 4, torch.device("cpu"), torch.float32)
+
+
 def _lora(model, dropout=0.0):
     from agentrl.models.lora import apply_lora
 
@@ -230,3 +295,22 @@ def test_varlen_attention_with_grouped_heads_native_or_repeated_on_cuda(tiny_qwe
     for k in g:
         torch.testing.assert_close(g[k].float(), g_other[k].float(), atol=5e-2, rtol=5e-2, msg=k)
     assert (lp - lp_pad).abs().max() < 0.1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (varlen FlashAttention)")
+def test_head_groups_on_cuda_give_the_one_calls_log_probs_and_gradients(tiny_qwen3, make_batch, monkeypatch):
+    """bf16 on CUDA through the real varlen_attn: the packed trunk with each layer's attention in 2 head groups
+    (4 query / 2 key-value heads) gives the one call's log-probs and gradients (each head's attention is computed
+    alone by the kernel either way: equal up to the order of the key/value gradients' sums)."""
+    if packing._varlen_fn()[0] is None:
+        pytest.skip("this torch has no varlen_attn")
+    model = tiny_qwen3(dtype=torch.bfloat16).cuda()
+    b = make_batch(n=6, length=14, dtype=torch.float32).to("cuda")
+    w = torch.randn(b.input_ids.shape, generator=torch.Generator().manual_seed(3)).cuda()
+    lp, _, g = _grads(model, b, True, w)
+    monkeypatch.setattr(packing, "ATTENTION_HEAD_GROUPS", 2)
+    lp2, _, g2 = _grads(model, b, True, w)
+    assert not packing._VARLEN.get("broken")
+    torch.testing.assert_close(lp2, lp, atol=1e-3, rtol=0)
+    for k in g:
+        torch.testing.assert_close(g2[k].float(), g[k].float(), atol=1e-2, rtol=1e-2, msg=k)

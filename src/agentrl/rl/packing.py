@@ -30,6 +30,13 @@ PACKED_ATTENTION = "agentrl_packed"
 PACKABLE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 MASK_DICT_TYPES = ("qwen2", "qwen3")  # trunks that take attention_mask as {layer type: mask} and build none
 _VARLEN: dict[str, Any] = {}
+# Each layer's varlen_attn call split into this many groups of heads (1 = one call; used only where it divides the
+# key/value head count). The result is the same; what changes is the backward's transient memory, which scales with
+# the heads of one call: FlashAttention-2's fp32 dq accumulator [T, H, D] and, for grouped-query attention, dk/dv
+# expanded to every query head ([T, H, D] each): 216 MiB of the update's 2.56 GiB peak on the H200 (Qwen3-0.6B,
+# 12,968-token microbatch; results/bench/issue26_h200_2026-12-04c), halved by 2 groups at the cost of one more
+# kernel launch per layer and a copy of q. `bench_update.py --attention-head-groups` measures it.
+ATTENTION_HEAD_GROUPS = 1
 
 
 def _varlen_fn():
@@ -52,8 +59,13 @@ def _varlen_applies(device: torch.device, dtype: torch.dtype) -> bool:
             and not _VARLEN.get("broken"))
 
 
-def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None):
-    """query [1, H, T, D], key/value [1, Hkv, T, D] -> [1, T, H, D] through varlen_attn, or None if unusable."""
+def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None, head_groups: int = 1):
+    """query [1, H, T, D], key/value [1, Hkv, T, D] -> [1, T, H, D] through varlen_attn, or None if unusable.
+
+    head_groups > 1 (dividing Hkv): one call per group of consecutive heads (query heads h*H/G.. with key/value
+    heads h*Hkv/G..: the grouped-query mapping q head i -> kv head i // (H/Hkv) keeps within a group), outputs
+    concatenated along the heads; autograd runs the groups' backwards one after another, so the kernel's transient
+    buffers are those of H/G heads (ATTENTION_HEAD_GROUPS)."""
     fn, params = _varlen_fn()
     if fn is None or _VARLEN.get("broken"):
         return None
@@ -73,8 +85,14 @@ def _varlen_attention(query, key, value, cu, max_len: int, scaling: float | None
         kw["scale"] = float(scaling)
     elif scaling is not None and abs(float(scaling) - q.shape[-1] ** -0.5) > 1e-12:
         return None  # this torch's varlen_attn takes no scale and the model's is not the default
+    groups = head_groups if head_groups > 1 and key.shape[1] % head_groups == 0 else 1
     try:
-        out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+        if groups == 1:
+            out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+        else:
+            out = torch.cat([fn(qg.contiguous(), kg.contiguous(), vg.contiguous(), cu, cu, max_len, max_len, **kw)
+                             for qg, kg, vg in zip(q.chunk(groups, 1), k.chunk(groups, 1), v.chunk(groups, 1),
+                                                   strict=True)], dim=1)
     except (RuntimeError, NotImplementedError, TypeError):
         _VARLEN["broken"] = True  # e.g. a torch built without flash attention: per-row SDPA from now on
         return None
@@ -111,14 +129,15 @@ def _probe_native_gqa(device: torch.device, dtype: torch.dtype) -> bool:
 def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: Any, *, scaling: float | None = None, dropout: float = 0.0,
                      packed_cu: torch.Tensor | None = None, packed_bounds: tuple[int, ...] = (),
-                     packed_max: int = 0, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+                     packed_max: int = 0, packed_head_groups: int = 1, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     """transformers attention function: block-diagonal causal attention over a packed [1, T] batch, or the
     module's original attention implementation when called without a pack (generate, plain forwards).
 
     query [1, H, T, D], key/value [1, Hkv, T, D] (RoPE applied); packed_cu [R+1] int32 row offsets on the
     device (None: not a pack), packed_bounds the same as Python ints where the per-row SDPA path will run
     (packed_hidden leaves them out where varlen_attn runs: a tuple's length is a guard of the compiled layers, so
-    every new row count recompiled them), packed_max the longest row. Returns ([1, T, H, D], None)
+    every new row count recompiled them), packed_max the longest row, packed_head_groups the varlen path's calls
+    per layer (ATTENTION_HEAD_GROUPS; the per-row SDPA path ignores it). Returns ([1, T, H, D], None)
     as transformers' own attention functions do.
 
     Raises:
@@ -130,7 +149,7 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     if dropout:
         raise ValueError("packed_attention: attention dropout is not supported")
     if _varlen_applies(query.device, query.dtype):
-        out = _varlen_attention(query, key, value, packed_cu, packed_max, scaling)
+        out = _varlen_attention(query, key, value, packed_cu, packed_max, scaling, packed_head_groups)
         if out is not None:
             return out, None
     group = query.shape[1] // key.shape[1]
@@ -202,10 +221,13 @@ def pack_kwargs(cu: torch.Tensor, max_len: int, device: torch.device, dtype: tor
     `_varlen_applies`), packed_bounds, the offsets as Python ints. A tuple's length is one of
     a compiled layer's guards, so with the bounds among their arguments every new row count per microbatch
     recompiled the update's layers (measured on the H200: 6 recompiles, 7-13 s each, in a run's first 6 steps; after
-    torch's recompile limit of 8 a layer call of a new shape runs eager); the varlen path reads the tensor."""
+    torch's recompile limit of 8 a layer call of a new shape runs eager); the varlen path reads the tensor, and gets
+    packed_head_groups (ATTENTION_HEAD_GROUPS, an int constant within a run) when that is above 1."""
     kw: dict[str, Any] = {"packed_cu": cu, "packed_max": max_len}
     if not _varlen_applies(device, dtype):
         kw["packed_bounds"] = tuple(int(x) for x in cu.tolist())
+    elif ATTENTION_HEAD_GROUPS > 1:
+        kw["packed_head_groups"] = int(ATTENTION_HEAD_GROUPS)
     return kw
 
 
