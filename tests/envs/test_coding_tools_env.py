@@ -143,18 +143,48 @@ def test_overlong_bash_command_is_malformed(minmax_task, sandbox):
     assert r.status == "malformed"
 
 
-def test_paths_the_sandbox_cannot_hold_are_failed_bash_calls_not_env_errors(minmax_task, sandbox):
-    """A Write the in-memory repository takes but no file system holds (a path 2,000 folders deep, a
-    300-byte name, a file where a folder is needed) makes the next Bash a failed call the model sees;
-    it used to raise RecursionError out of env.step (the episode unscorable, its advantage 0) or report
-    a "sandbox failure"."""
-    writes = [("/repo/" + "d/" * 2000 + "z.py",), ("/repo/" + "a" * 300 + ".py",), ("/repo/q.py", "/repo/q.py/z.py")]
+def test_paths_the_sandbox_cannot_hold_are_failed_writes_and_the_repository_stays_usable(minmax_task, sandbox):
+    """A Write of a path no file system holds (2,000 folders deep, a 300-byte name, a file where a folder is
+    needed, a folder where a file is) or of text that is not UTF-8 is a failed call. It used to be taken:
+    files cannot be deleted, so every later Bash of the episode then failed with "sandbox file ..."."""
+    writes = [("/repo/" + "d/" * 2000 + "z.py",), ("/repo/" + "a" * 300 + ".py",), ("/repo/q.py", "/repo/q.py/z.py"),
+              ("/repo/w/z.py", "/repo/w"), ("/repo/s.py", "/repo/\udcff.py")]
     for paths in writes:
         env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
         env.reset(minmax_task)
-        assert [r.status for r in env.step([c("Write", file_path=p, content="x = 1\n") for p in paths]).results] \
-            == ["ok"] * len(paths)
+        results = env.step([c("Write", file_path=p, content="x = 1\n" if p != "/repo/s.py" else "x = '\ud800'\n")
+                            for p in paths]).results
+        assert results[-1].status == "failed", [r.content for r in results]
+        assert all(r.content.encode("utf-8") for r in results)  # no lone surrogate reaches the tokenizer
         (r,) = env.step([c("Bash", command="python -m pytest -q")]).results
-        assert r.status == "failed" and "sandbox file" in r.content and "sandbox failure" not in r.content, r.content
+        assert r.status == "ok" and "1 failed" in r.content, r.content  # the repository is still usable
         env.final_answer("done")
         assert env.reward() == 0.0  # graded as usual: the source file is still the buggy one
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    results = env.step([c("Read", file_path=SRC),
+                        c("Edit", file_path=SRC, old_string="best = values[0]", new_string="best = '\udcff'")]).results
+    assert results[1].status == "failed" and "UTF-8" in results[1].content
+    assert "udcff" not in env.files["stack_peak.py"] and "\udcff" not in env.files["stack_peak.py"]
+
+
+def test_files_a_run_leaves_that_no_run_could_take_back_stay_out_of_the_repository(minmax_task, sandbox):
+    """A script that makes a file name of non-UTF-8 bytes, a control character or 100 folders deep, or that
+    turns the source file into a folder with a file in it: those files used to come back into the repository,
+    so `ls` showed a lone surrogate (the tokenizer raised TypeError: the run crashed) and every later Bash
+    failed with "sandbox file ..."."""
+    script = ("import os\n"
+              "os.close(os.open(b'bad\\xff.py', os.O_CREAT | os.O_WRONLY))\n"
+              "open('a\\nb.py', 'w').write('1')\n"
+              "p = '/'.join(['d'] * 100)\nos.makedirs(p)\nopen(p + '/x.py', 'w').write('1')\n"
+              "os.remove('stack_peak.py')\nos.mkdir('stack_peak.py')\nopen('stack_peak.py/x.py', 'w').write('1')\n"
+              "open('kept.py', 'w').write('2')\n")
+    env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
+    env.reset(minmax_task)
+    results = env.step([c("Write", file_path="/repo/e.py", content=script), c("Bash", command="python e.py"),
+                        c("Bash", command="ls")]).results
+    assert [r.status for r in results] == ["ok"] * 3, [r.content for r in results]
+    assert results[2].content.split("\n") == ["e.py", "kept.py", "stack_peak.py", "test_stack_peak.py"]
+    assert sorted(env.files) == ["e.py", "kept.py", "stack_peak.py", "test_stack_peak.py"]
+    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")]).results
+    assert r.status == "ok" and "1 failed" in r.content, r.content

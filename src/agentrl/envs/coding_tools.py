@@ -31,6 +31,7 @@ from agentrl.envs.toolenv import (
     object_schema,
 )
 from agentrl.sandbox.api import LIMIT_STATS
+from agentrl.sandbox.process import file_path_problem
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -192,12 +193,42 @@ class CodingToolsEnv(SourceGradedEnv):
         if n > 1 and not replace_all:
             raise ToolRejected(f"old_string occurs {n} times in {file_path}; give more context or set replace_all",
                                "edit_not_unique")
-        self.files[rel] = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        new_text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        self._storable(file_path, rel, new_text)
+        self.files[rel] = new_text
         return f"Edited {file_path} ({n if replace_all else 1} replacement{'s' if replace_all and n > 1 else ''})."
+
+    def _clash(self, rel: str) -> str | None:
+        """Why the repository cannot hold a file at `rel` beside its files (None: it can): one of its
+        folders is a file here, or it is a folder here."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in self.files:
+                return f"{REPO_ROOT}/{'/'.join(parts[:i])} is a file, not a directory"
+        if any(p.startswith(rel + "/") for p in self.files):
+            return f"{REPO_ROOT}/{rel} is a directory"
+        return None
+
+    def _storable(self, file_path: str, rel: str, text: str) -> None:
+        """Raise ToolRejected unless the repository can hold `text` at `rel` and hand it to a sandboxed run:
+        a path the sandbox takes (file_path_problem: not too long or deep, UTF-8), no file where a folder
+        of it must be (or the reverse), text that encodes as UTF-8. Else every later Bash run would fail."""
+        why = file_path_problem(rel)
+        if why:
+            raise ToolRejected(f"{file_path[:200]}: {why}")
+        clash = self._clash(rel)
+        if clash:
+            raise ToolRejected(f"{file_path[:200]}: {clash}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ToolRejected(f"the new text of {file_path[:200]} is not encodable as UTF-8 ({e.reason} at "
+                               f"position {e.start})") from None
 
     def _tool_write(self, file_path: str, content: str) -> str:
         self._bump("writes")
         rel = self._path(file_path)
+        self._storable(file_path, rel, content)
         exists = rel in self.files
         if exists and rel not in self._read:
             raise ToolRejected(f"{file_path} exists; read it with Read before overwriting it", "write_before_read")
@@ -233,6 +264,17 @@ class CodingToolsEnv(SourceGradedEnv):
             raise ToolRejected(out)
         return out
 
+    def _take_back(self, written: dict[str, str]) -> None:
+        """Merge the files a sandboxed run wrote into the repository. A file under a folder that replaced a
+        repository file (or the reverse) stays out: deletions do not come back, so both would be handed to
+        every later run, which the sandbox refuses."""
+        for path, text in written.items():
+            if path not in self.files and self._clash(path):
+                continue
+            if self.files.get(path) != text:
+                self.files[path] = text
+                self._read.discard(path)  # changed behind the agent's back: read it again before editing
+
     def _run_command(self, cmd: Any, cwd: str, timeout_ms: int | None) -> tuple[str, bool, str]:
         """Run one simple command; returns (output, succeeded, new cwd)."""
         kind = cmd.kind
@@ -254,10 +296,7 @@ class CodingToolsEnv(SourceGradedEnv):
             result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
         except ValueError as e:  # the sandbox refuses the argv (e.g. a script outside the work dir)
             raise BashError(str(e)) from None
-        for path, text in returned_files(result.files).items():
-            if self.files.get(path) != text:
-                self.files[path] = text
-                self._read.discard(path)  # changed behind the agent's back: read it again before editing
+        self._take_back(returned_files(result.files))
         for hit in result.limits_hit:
             self._bump(hit.stat)
         if result.error and not result.timed_out:  # the sandbox could not run the command at all
