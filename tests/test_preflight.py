@@ -287,3 +287,30 @@ def test_input_paths_that_exist_but_are_no_regular_file_say_so(tmp_path, capsys)
             rc = e.code
         err = capsys.readouterr().err
         assert rc == 2 and said in err and "no such file" not in err and "not found" not in err, (argv, err)
+
+
+@pytest.mark.parametrize("seed", [2**62, -(2**62), 10**26, True, 1.0, "3"])
+def test_seeds_no_generator_takes_are_refused_before_anything_loads(seed):
+    """A seed past torch's 64 bits used to reach torch.manual_seed after the model had loaded and end train,
+    eval, sft and smoke with "Overflow when unpacking long long"; now each config names its field."""
+    from agentrl.preflight import check_seed
+    from agentrl.rl.config import RLConfig
+    from agentrl.rollout.smoke import SmokeConfig
+    from agentrl.sft.config import SFTConfig
+
+    with pytest.raises(ValueError, match="x.seed: expected"):
+        check_seed(seed, "x.seed")
+    for make, name in ((lambda: RLConfig.from_flat(seed=seed), "RLConfig.seed"),
+                       (lambda: SFTConfig(seed=seed), "SFTConfig.seed"),
+                       (lambda: SmokeConfig(seed=seed), "SmokeConfig.seed")):
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")) as e:
+            make()
+        assert len(str(e.value)) < 200
+
+
+def test_the_largest_seeds_still_run_and_the_cli_names_the_flag(capsys):
+    from agentrl.preflight import check_seed
+
+    assert check_seed(2**62 - 1, "s") == 2**62 - 1 and check_seed(-(2**62) + 1, "s") == -(2**62) + 1
+    assert main(["train", "--seed", str(10**26), "--print-config"]) == 2
+    assert "RLConfig.seed: expected a seed between" in capsys.readouterr().err

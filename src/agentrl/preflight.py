@@ -163,6 +163,26 @@ def loads_json(text: str | bytes, where: str) -> Any:
             from None
 
 
+MAX_SEED = 1 << 62  # torch's generators take 64-bit seeds, and runs add offsets (task index, step) to theirs
+
+
+def check_seed(seed: Any, name: str) -> int:
+    """Return `seed` if it is an integer of magnitude below MAX_SEED (2**62), which every generator a run
+    seeds with it or with it plus an offset takes (torch's: 64-bit).
+
+    Raises:
+        ValueError: not an int (a bool is not one), or too large; names `name` (e.g. "RLConfig.seed"). A
+            larger seed used to get as far as torch.manual_seed, after the model had loaded, and end the
+            command with "Overflow when unpacking long long".
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{name}: expected an integer seed, got {type(seed).__name__} {repr(seed)[:80]}")
+    if not -MAX_SEED < seed < MAX_SEED:
+        raise ValueError(f"{name}: expected a seed between -2**62 and 2**62 (torch seeds are 64-bit), "
+                         f"got {str(seed)[:40]}{'...' if len(str(seed)) > 40 else ''}")
+    return seed
+
+
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
     """Check that a server could listen on `host:port` now (port 0: any free port will do).
 

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from agentrl.models.device import canonical_dtype
 from agentrl.models.policy import PolicyConfig
+from agentrl.preflight import check_seed
 from agentrl.rl.estimators import ADV_ESTIMATORS
 from agentrl.rl.sections import (
     ADV_MODES,
@@ -92,6 +93,7 @@ class RLConfig:
             if getattr(v, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(v, name)!r}")
         self._validate_names(v)
+        check_seed(v.seed, "RLConfig.seed")
         for name in ("clip_low", "clip_high"):
             if not 0.0 < getattr(v, name) < (1.0 if name == "clip_low" else float("inf")):
                 raise ValueError(f"RLConfig.{name}: expected 0 < {name}" + (" < 1" if name == "clip_low" else "")
