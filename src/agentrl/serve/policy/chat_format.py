@@ -89,11 +89,37 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def lone_surrogate_path(value: Any) -> str | None:
+    """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
+    `messages[0].content`-style text ("" for `value` itself), or None if every string is UTF-8 text."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in item):
+                return where
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                name = str(k)[:40].encode("utf-8", "backslashreplace").decode("utf-8")  # the path itself is UTF-8
+                key = f"{where}.{name}" if where else name
+                stack += [(k, key), (v, key)]
+        elif isinstance(item, list):
+            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+    return None
+
+
 def loads_strict(raw: str | bytes) -> Any:
     """`json.loads` that accepts only RFC 8259 JSON: NaN, Infinity and numbers that overflow a double
     (1e999) raise ValueError instead of becoming floats that no strict encoder can write back (a stored
-    NaN used to make every later `GET /rollouts/<id>/trace` of that rollout a 500)."""
-    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    NaN used to make every later `GET /rollouts/<id>/trace` of that rollout a 500); so does a string with a
+    lone surrogate (an unpaired `\\ud800`-`\\udfff` escape), which no tokenizer or UTF-8 reply takes (a
+    message's made the request a 500 "sampling failed: TypeError"; a `model` name's, a 500 after sampling)."""
+    value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    where = lone_surrogate_path(value)
+    if where is not None:
+        raise ValueError(f"{where[:120] or 'the value'} holds a lone surrogate (an unpaired \\ud800-\\udfff "
+                         "escape), which is not UTF-8 text")
+    return value
 
 
 def _arguments(raw: Any) -> Any:
