@@ -163,6 +163,38 @@ def loads_json(text: str | bytes, where: str) -> Any:
             from None
 
 
+def lone_surrogate_path(value: Any) -> str | None:
+    """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
+    `messages[0].content`-style text ("" for `value` itself), or None if every string is UTF-8 text."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in item):
+                return where
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                name = str(k)[:40].encode("utf-8", "backslashreplace").decode("utf-8")  # the path itself is UTF-8
+                key = f"{where}.{name}" if where else name
+                stack += [(k, key), (v, key)]
+        elif isinstance(item, list):
+            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+    return None
+
+
+def replace_lone_surrogates(value: Any) -> Any:
+    """Decoded JSON `value` with every lone surrogate in its strings (keys and values) replaced by U+FFFD,
+    as a lossy UTF-8 decode would have it; `value` itself when it holds none."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value) \
+            if any("\ud800" <= ch <= "\udfff" for ch in value) else value
+    if isinstance(value, dict):
+        return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replace_lone_surrogates(v) for v in value]
+    return value
+
+
 MAX_SEED = 1 << 62  # torch's generators take 64-bit seeds, and runs add offsets (task index, step) to theirs
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.chat.parse import parse_tool_calls
+from agentrl.preflight import lone_surrogate_path
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # Client parameters that would change the sampled distribution (or its truncation) and that the trainer's
@@ -87,25 +88,6 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text[:40]} overflows a double (RFC 8259 numbers must be finite)")
     return value
-
-
-def lone_surrogate_path(value: Any) -> str | None:
-    """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
-    `messages[0].content`-style text ("" for `value` itself), or None if every string is UTF-8 text."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            if any("\ud800" <= ch <= "\udfff" for ch in item):
-                return where
-        elif isinstance(item, dict):
-            for k, v in item.items():
-                name = str(k)[:40].encode("utf-8", "backslashreplace").decode("utf-8")  # the path itself is UTF-8
-                key = f"{where}.{name}" if where else name
-                stack += [(k, key), (v, key)]
-        elif isinstance(item, list):
-            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
-    return None
 
 
 def loads_strict(raw: str | bytes) -> Any:
