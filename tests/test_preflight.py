@@ -314,3 +314,28 @@ def test_the_largest_seeds_still_run_and_the_cli_names_the_flag(capsys):
     assert check_seed(2**62 - 1, "s") == 2**62 - 1 and check_seed(-(2**62) + 1, "s") == -(2**62) + 1
     assert main(["train", "--seed", str(10**26), "--print-config"]) == 2
     assert "RLConfig.seed: expected a seed between" in capsys.readouterr().err
+
+
+def test_writers_never_rename_over_a_device_fifo_or_link_to_one(tmp_path, capsys):
+    """The atomic writers write beside a path and rename over it: `agentrl tasks export --out /dev/full` said
+    "wrote 2 tasks to /dev/full" and left a regular file where the device was (as root). A FIFO, or a link to a
+    device, is refused the same way, by every writer, before anything is written."""
+    from agentrl.report.results import atomic_write_text
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    link = tmp_path / "null.jsonl"
+    link.symlink_to(os.devnull)
+    for path in (fifo, link):
+        with pytest.raises(ValueError, match="not a regular file"):
+            check_output_file(path, "--out")
+        with pytest.raises(ValueError, match="not a regular file"):
+            save_tasks(make_tasks(1), path)
+        with pytest.raises(ValueError, match="not a regular file"):
+            atomic_write_text(path, "x")
+        assert main(["tasks", "export", "--n", "1", "--out", str(path)]) == 2
+        assert "is not a regular file (a device, FIFO or socket)" in capsys.readouterr().err
+    assert fifo.is_fifo() and link.is_symlink() and os.path.realpath(link) == os.devnull
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.jsonl", "null.jsonl"]  # no temp file left
+    (tmp_path / "ok.jsonl").write_text("old")
+    assert save_tasks(make_tasks(1), tmp_path / "ok.jsonl") == 1  # a regular file is still replaced

@@ -96,17 +96,29 @@ def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     return p
 
 
+def refuse_special_file(path: str | os.PathLike, what: str) -> None:
+    """Raise ValueError if `path` exists (links followed) and is neither a regular file nor a directory: a
+    device such as /dev/null, a FIFO or a socket. The atomic writers write beside and rename over `path`, which
+    would replace such a node with a regular file (as root, `--out /dev/null` used to replace /dev/null)."""
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise ValueError(f"{what} {str(p)!r} is not a regular file (a device, FIFO or socket); expected a path "
+                         "where a file can be written")
+
+
 def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Check that `path` names a file that can be written (its parent is created); returns it as a Path.
 
     Nothing is written at `path` itself, and no temporary file is made anywhere.
 
     Raises:
-        ValueError: `path` is "." / ".." / empty, an existing directory, under a file, or its parent
-            cannot be created or written; the message names `flag` and `path`.
+        ValueError: `path` is "." / ".." / empty, an existing directory, a device, FIFO or socket
+            (refuse_special_file), under a file, or its parent cannot be created or written; the message
+            names `flag` and `path`.
     """
     p = Path(path)
     _reject_dot_names(p, flag)
+    refuse_special_file(p, flag)
     if p.is_dir():
         if p.suffix:  # a file name (report.html, tasks.jsonl) taken by a directory
             raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file there (move the directory aside)")

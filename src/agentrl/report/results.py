@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrl.eval.report import EvalReport, PairedDifference
 
-from agentrl.preflight import loads_json
+from agentrl.preflight import loads_json, refuse_special_file
 from agentrl.report.schema import RESULTS_SCHEMA, SCHEMA_VERSION, STATUSES  # noqa: F401 - re-exported
 
 
@@ -67,9 +67,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` atomically (same-directory temp file, fsync, os.replace, dir fsync).
 
     The file gets the mode an ordinary `open(path, "w")` would give (0666 less the umask, so 0644 under
-    the usual umask 022), not mkstemp's private 0600.
+    the usual umask 022), not mkstemp's private 0600. Raises ValueError, writing nothing, if `path` is a
+    device, FIFO or socket (preflight.refuse_special_file: the rename would replace it).
     """
     path = Path(path)
+    refuse_special_file(path, "output file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
