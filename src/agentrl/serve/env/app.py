@@ -70,8 +70,10 @@ class EnvServerConfig:
                 raise ValueError(f"{name} must be >= 0 (0: the source's default), got {getattr(self, name)}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.drain_timeout_s < 0 or self.max_message_bytes < 1024:
-            raise ValueError("drain_timeout_s must be >= 0 and max_message_bytes >= 1024")
+        if not self.drain_timeout_s >= 0:  # NaN too: it served, then shutdown raised "cannot convert float NaN"
+            raise ValueError(f"drain_timeout_s must be a number of seconds >= 0, got {self.drain_timeout_s}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
 
 
 @dataclass
