@@ -339,3 +339,14 @@ def test_writers_never_rename_over_a_device_fifo_or_link_to_one(tmp_path, capsys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.jsonl", "null.jsonl"]  # no temp file left
     (tmp_path / "ok.jsonl").write_text("old")
     assert save_tasks(make_tasks(1), tmp_path / "ok.jsonl") == 1  # a regular file is still replaced
+
+
+@pytest.mark.parametrize("port", [0, 18999])
+def test_a_host_that_is_not_this_machines_names_the_host_not_the_port(port):
+    """192.0.2.1 (TEST-NET-1, never local): the message said "--port N on HOST cannot be bound; pass another
+    --port", and with --port 0 nothing was checked, so `agentrl serve` loaded its tasks and uvicorn logged a bind
+    error."""
+    with pytest.raises(ValueError, match=r"--host '192\.0\.2\.1': not an address of this machine") as e:
+        check_port_free("192.0.2.1", port)
+    assert "another --port" not in str(e.value)
+    check_port_free("127.0.0.1", 0)  # port 0 on a local host: fine

@@ -10,6 +10,7 @@ flag, the path and what was expected instead of surfacing an OSError traceback f
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -228,16 +229,17 @@ def check_seed(seed: Any, name: str) -> int:
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
-    """Check that a server could listen on `host:port` now (port 0: any free port will do).
+    """Check that a server could listen on `host:port` now (port 0: any free port will do, so only the host
+    is checked).
 
-    Binds (SO_REUSEADDR, as uvicorn does) and closes a probe socket, so a port already taken is refused
-    before a model is loaded, and before the command prints that it is listening.
+    Binds (SO_REUSEADDR, as uvicorn does) and closes a probe socket, so a port already taken, or a host that
+    is not an address of this machine, is refused before a model is loaded, and before the command prints
+    that it is listening.
 
     Raises:
-        ValueError: the port is in use, or the address cannot be bound here; names `flag`, host and port.
+        ValueError: the port is in use (names `flag` and the port), or the host is not an address of this
+            machine (names --host), or the address cannot be bound here.
     """
-    if port == 0:
-        return
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
@@ -248,5 +250,8 @@ def check_port_free(host: str, port: int, flag: str = "--port") -> None:
         try:
             s.bind(addr)
         except OSError as e:
-            why = "is in use (another server?)" if e.errno == 98 else f"cannot be bound ({e.strerror or e})"
+            if e.errno == errno.EADDRNOTAVAIL:  # the host, not the port: "pass another --port" misled
+                raise ValueError(f"--host {host!r}: not an address of this machine ({e.strerror or e}); "
+                                 "pass one of its own addresses, e.g. 127.0.0.1") from None
+            why = "is in use (another server?)" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror or e})"
             raise ValueError(f"{flag} {port} on {host} {why}; pass another {flag}") from None
