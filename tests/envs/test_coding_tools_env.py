@@ -188,3 +188,20 @@ def test_files_a_run_leaves_that_no_run_could_take_back_stay_out_of_the_reposito
     assert sorted(env.files) == ["e.py", "kept.py", "stack_peak.py", "test_stack_peak.py"]
     (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")]).results
     assert r.status == "ok" and "1 failed" in r.content, r.content
+
+
+def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):
+    """Coding-tools grades through the hardened grader (plain data at the test boundary): a function returning
+    an object whose __eq__ is always True used to pass every hidden `assert f(x) == y` (reward 1.0), and a file
+    that killed its grader at import made the episode unscorable (reward None) instead of 0."""
+    always_equal = ("class Same:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n\n"
+                    "def stack_peak(values):\n    return Same()\n")
+    kill_grader = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    for source, want in ((always_equal, 0.0), (kill_grader, 0.0), (kill_grader + minmax_task.reference, 1.0),
+                         (minmax_task.reference, 1.0)):
+        env = make_env("coding-tools", sandbox=sandbox)
+        env.reset(minmax_task)
+        env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])
+        env.final_answer("done")
+        assert env.reward() == want, source
+        assert env.stats()["sandbox_errors"] == 0

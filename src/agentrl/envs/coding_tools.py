@@ -95,6 +95,7 @@ class CodingToolsEnv(SourceGradedEnv):
     """
 
     name = "coding-tools"
+    hardened_grading = True  # the model writes the source freely (SourceGradedEnv.hardened_grading)
 
     def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
                  sandbox: Any = None, **rules: Any):

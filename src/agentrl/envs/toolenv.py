@@ -17,6 +17,7 @@ import jsonschema
 
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall, ToolResult
 from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
+from agentrl.envs.session_grader import hardened_job
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
@@ -365,12 +366,20 @@ class SourceGradedEnv(ToolEnv):
     """
 
     _hidden_fraction: float = 0.0
+    # Grade through agentrl.envs.session_grader's hardened job (plain data at the test boundary, builtins and
+    # modules restored) instead of importing the file as written: for environments whose model writes the
+    # source freely, where `def f(*a): return AlwaysEqual()` (an object whose __eq__ is always True) otherwise
+    # passes every `assert f(x) == y`. The edit menu only applies authored edits, so it keeps the plain job.
+    hardened_grading: bool = False
 
     def _grade_source(self, source: str | None) -> float | None:
         """Grade `source` (None: the file is gone) on the task's hidden tests in the sandbox; None when
         the sandbox itself failed to grade (after `grade`'s retries): unscorable, not a 0."""
         assert self.task is not None
-        report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
+        task = self.task
+        job = hardened_job([source or ""], task.module, task.hidden_tests, task.test_setup, extra_names=(task.entry,)) \
+            if self.hardened_grading else source_job(task, source, task.hidden_tests)
+        report = grade(self.sandbox, job)
         self._hidden_fraction = report.fraction
         self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         if is_sandbox_failure(report):
