@@ -350,3 +350,15 @@ def test_a_host_that_is_not_this_machines_names_the_host_not_the_port(port):
         check_port_free("192.0.2.1", port)
     assert "another --port" not in str(e.value)
     check_port_free("127.0.0.1", 0)  # port 0 on a local host: fine
+
+
+def test_an_output_folder_whose_path_is_not_utf8_is_refused_before_anything_runs(tmp_path, capsys):
+    """`agentrl sft --out $'runs/\\xff'` trained, then failed to save with "'utf-8' codec can't encode character
+    '\\udcff'", leaving the folder: the run folder's path goes into its JSON files."""
+    bad = str(tmp_path / "runs") + "/x\udcff"
+    with pytest.raises(ValueError, match=r"--out '.*x\\udcff' is not UTF-8 text"):
+        prepare_output_dir(bad)
+    (tmp_path / "t.jsonl").write_text('{"prompt_ids": [1, 2], "completion_ids": [3], "policy_mask": [1]}\n')
+    assert main(["sft", "--model", "demo-qwen3", "--from-jsonl", str(tmp_path / "t.jsonl"), "--out", bad]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -63,11 +63,16 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Check, without creating anything, that `path` is or can become a writable output directory.
 
     Raises:
-        ValueError: `path` is "." / ".." / empty, is an existing file, lies under a file, or its nearest
-            existing ancestor is not writable; the message names `flag` and `path`.
+        ValueError: `path` is "." / ".." / empty, is not UTF-8 text (argv bytes that are not: the folder's path
+            goes into its JSON files, which cannot hold it, so `agentrl sft` trained, then failed to save), is an
+            existing file, lies under a file, or its nearest existing ancestor is not writable; the message names
+            `flag` and `path`.
     """
     p = Path(path)
     _reject_dot_names(p, flag)
+    if lone_surrogate_path(str(p)) is not None:
+        shown = str(p)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
+        raise ValueError(f"{flag} '{shown}' is not UTF-8 text; pass a path of UTF-8 characters")
     if p.exists() and not p.is_dir():
         raise ValueError(f"{flag} {str(p)!r} is a file; expected a directory")
     blocker = _existing_file_ancestor(p)
