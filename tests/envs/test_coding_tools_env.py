@@ -205,3 +205,26 @@ def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):
         env.final_answer("done")
         assert env.reward() == want, source
         assert env.stats()["sandbox_errors"] == 0
+
+
+def test_a_chain_of_commands_shares_one_wall_clock_limit(minmax_task):
+    """Each sandboxed run of `python s.py && python s.py && ...` had its own limit, so one Bash call could run
+    ~1,000 of them (the command's length cap) and hold the trainer for hours; now the chain shares one."""
+    import time
+
+    from agentrl.sandbox import Sandbox, SandboxLimits
+
+    env = make_env("coding-tools", sandbox=Sandbox(SandboxLimits(timeout_s=2.0)))
+    env.reset(minmax_task)
+    env.step([c("Write", file_path="/repo/s.py", content="import time\ntime.sleep(0.8)\n")])
+    start = time.monotonic()
+    (r,) = env.step([c("Bash", command=" && ".join(["python s.py"] * 8))]).results
+    took = time.monotonic() - start
+    assert took < 4.0, took  # 8 x 0.8 s = 6.4 s before
+    assert r.status == "ok" and "stopped" in r.content, r.content
+    assert env.stats()["wall_timeouts"] >= 1
+    start = time.monotonic()
+    (r,) = env.step([c("Bash", command=" && ".join(["python s.py"] * 8), timeout=1000)]).results
+    assert time.monotonic() - start < 2.5 and "stopped" in r.content  # `timeout` lowers the whole line's limit
+    (r,) = env.step([c("Bash", command="ls && pwd && cat s.py")]).results
+    assert r.status == "ok" and "time.sleep" in r.content  # quick chains are unaffected

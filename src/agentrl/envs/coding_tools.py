@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from typing import Any
 
 from agentrl.envs.base import StepResult, ToolCall
@@ -40,6 +41,7 @@ SYSTEM_PROMPT = (
     "A reply without a tool call is your final answer and ends the session."
 )
 READ_LIMIT_LINES = 2000
+DEFAULT_BASH_BUDGET_S = 10.0  # a Bash call's wall-clock limit when the sandbox states none (SandboxLimits' default)
 MAX_BASH_COMMAND_CHARS = 16384  # longer Bash commands are malformed (schema): bounds shlex work per call
 STAT_NAMES = (
     "reads", "edits", "writes", "bash_calls", "test_runs",
@@ -250,9 +252,20 @@ class CodingToolsEnv(SourceGradedEnv):
         except BashError as e:
             raise ToolRejected(str(e)) from None
         cwd, outputs, rejected = REPO_ROOT, [], False
+        # One wall-clock limit for the whole command line, shared by its commands: each sandboxed run had
+        # its own, so `python s.py && python s.py && ...` (a 9 s sleep, ~1,000 times within the command's
+        # length cap) held one call, and the trainer, for hours.
+        budget_s = self._bash_budget_s(timeout)
+        deadline = time.monotonic() + budget_s
         for cmd in commands:
+            left_ms = round((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                self._bump(LIMIT_STATS["wall"])
+                outputs.append(f"[stopped: the command line's wall-clock limit of {budget_s:g} s reached; "
+                               "later commands did not run]")
+                break
             try:
-                text, ok, cwd = self._run_command(cmd, cwd, timeout)
+                text, ok, cwd = self._run_command(cmd, cwd, left_ms)
             except BashError as e:  # refused by our Bash or by the sandbox, or the sandbox could not run it
                 outputs.append(str(e))
                 rejected = True
@@ -264,6 +277,12 @@ class CodingToolsEnv(SourceGradedEnv):
         if rejected:  # a command that never ran is a failed call, not a run with output
             raise ToolRejected(out)
         return out
+
+    def _bash_budget_s(self, timeout_ms: int | None) -> float:
+        """Seconds one Bash call may take in all: the sandbox's per-run wall-clock limit (DEFAULT_BASH_BUDGET_S
+        before a default sandbox exists), lowered by `timeout`."""
+        limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or DEFAULT_BASH_BUDGET_S
+        return float(limit) if timeout_ms is None else min(float(limit), timeout_ms / 1000.0)
 
     def _take_back(self, written: dict[str, str]) -> None:
         """Merge the files a sandboxed run wrote into the repository. A file under a folder that replaced a
