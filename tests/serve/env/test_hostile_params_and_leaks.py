@@ -124,6 +124,26 @@ def test_lone_surrogates_on_the_websocket_keep_the_session(server):
         assert _state(ws)["done"] is True  # the session is still open
 
 
+def test_a_websocket_frame_that_is_not_a_json_object_is_an_error_frame_and_the_session_goes_on(server):
+    """A frame that was an array, a string, null, JSON nested past the recursion limit or a 5,000-digit integer:
+    OpenEnv's loop answered "'list' object has no attribute 'get'" (or the RecursionError's text) and closed the
+    session, losing the episode."""
+    url, served = server
+    task = served.catalog.splits["heldout"][0]
+    frames = [("[1]", "got an array"), ('"x"', "got a string"), ("null", "got null"), ("5", "got a number"),
+              ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+              ('{"type": "reset", "data": {"seed": ' + "9" * 5000 + "}}", "more than 4300 digits")]
+    with _ws(url) as ws:
+        assert _send(ws, {"type": "reset", "data": {"task_id": task.id}})["type"] == "observation"
+        before = _state(ws)
+        for frame, named in frames:
+            r = _send(ws, frame)
+            assert r["type"] == "error" and r["data"]["code"] == "INVALID_JSON" and named in r["data"]["message"], r
+        assert _state(ws) == before
+        r = _send(ws, {"type": "step", "data": {"calls": [{"name": "run_python", "arguments": {"code": "print(6*7)"}}]}})
+        assert r["data"]["observation"]["results"][0]["content"].strip() == "42"
+
+
 def test_a_body_nested_too_deeply_or_with_a_huge_integer_is_a_400_not_a_500(server):
     """json.loads raised RecursionError in the parameter gate: a 500 and a traceback in the server log."""
     url, _ = server
