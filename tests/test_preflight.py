@@ -287,3 +287,78 @@ def test_input_paths_that_exist_but_are_no_regular_file_say_so(tmp_path, capsys)
             rc = e.code
         err = capsys.readouterr().err
         assert rc == 2 and said in err and "no such file" not in err and "not found" not in err, (argv, err)
+
+
+@pytest.mark.parametrize("seed", [2**62, -(2**62), 10**26, True, 1.0, "3"])
+def test_seeds_no_generator_takes_are_refused_before_anything_loads(seed):
+    """A seed past torch's 64 bits used to reach torch.manual_seed after the model had loaded and end train,
+    eval, sft and smoke with "Overflow when unpacking long long"; now each config names its field."""
+    from agentrl.preflight import check_seed
+    from agentrl.rl.config import RLConfig
+    from agentrl.rollout.smoke import SmokeConfig
+    from agentrl.sft.config import SFTConfig
+
+    with pytest.raises(ValueError, match="x.seed: expected"):
+        check_seed(seed, "x.seed")
+    for make, name in ((lambda: RLConfig.from_flat(seed=seed), "RLConfig.seed"),
+                       (lambda: SFTConfig(seed=seed), "SFTConfig.seed"),
+                       (lambda: SmokeConfig(seed=seed), "SmokeConfig.seed")):
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")) as e:
+            make()
+        assert len(str(e.value)) < 200
+
+
+def test_the_largest_seeds_still_run_and_the_cli_names_the_flag(capsys):
+    from agentrl.preflight import check_seed
+
+    assert check_seed(2**62 - 1, "s") == 2**62 - 1 and check_seed(-(2**62) + 1, "s") == -(2**62) + 1
+    assert main(["train", "--seed", str(10**26), "--print-config"]) == 2
+    assert "RLConfig.seed: expected a seed between" in capsys.readouterr().err
+
+
+def test_writers_never_rename_over_a_device_fifo_or_link_to_one(tmp_path, capsys):
+    """The atomic writers write beside a path and rename over it: `agentrl tasks export --out /dev/full` said
+    "wrote 2 tasks to /dev/full" and left a regular file where the device was (as root). A FIFO, or a link to a
+    device, is refused the same way, by every writer, before anything is written."""
+    from agentrl.report.results import atomic_write_text
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    link = tmp_path / "null.jsonl"
+    link.symlink_to(os.devnull)
+    for path in (fifo, link):
+        with pytest.raises(ValueError, match="not a regular file"):
+            check_output_file(path, "--out")
+        with pytest.raises(ValueError, match="not a regular file"):
+            save_tasks(make_tasks(1), path)
+        with pytest.raises(ValueError, match="not a regular file"):
+            atomic_write_text(path, "x")
+        assert main(["tasks", "export", "--n", "1", "--out", str(path)]) == 2
+        assert "is not a regular file (a device, FIFO or socket)" in capsys.readouterr().err
+    assert fifo.is_fifo() and link.is_symlink() and os.path.realpath(link) == os.devnull
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.jsonl", "null.jsonl"]  # no temp file left
+    (tmp_path / "ok.jsonl").write_text("old")
+    assert save_tasks(make_tasks(1), tmp_path / "ok.jsonl") == 1  # a regular file is still replaced
+
+
+@pytest.mark.parametrize("port", [0, 18999])
+def test_a_host_that_is_not_this_machines_names_the_host_not_the_port(port):
+    """192.0.2.1 (TEST-NET-1, never local): the message said "--port N on HOST cannot be bound; pass another
+    --port", and with --port 0 nothing was checked, so `agentrl serve` loaded its tasks and uvicorn logged a bind
+    error."""
+    with pytest.raises(ValueError, match=r"--host '192\.0\.2\.1': not an address of this machine") as e:
+        check_port_free("192.0.2.1", port)
+    assert "another --port" not in str(e.value)
+    check_port_free("127.0.0.1", 0)  # port 0 on a local host: fine
+
+
+def test_an_output_folder_whose_path_is_not_utf8_is_refused_before_anything_runs(tmp_path, capsys):
+    """`agentrl sft --out $'runs/\\xff'` trained, then failed to save with "'utf-8' codec can't encode character
+    '\\udcff'", leaving the folder: the run folder's path goes into its JSON files."""
+    bad = str(tmp_path / "runs") + "/x\udcff"
+    with pytest.raises(ValueError, match=r"--out '.*x\\udcff' is not UTF-8 text"):
+        prepare_output_dir(bad)
+    (tmp_path / "t.jsonl").write_text('{"prompt_ids": [1, 2], "completion_ids": [3], "policy_mask": [1]}\n')
+    assert main(["sft", "--model", "demo-qwen3", "--from-jsonl", str(tmp_path / "t.jsonl"), "--out", bad]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -10,6 +10,7 @@ flag, the path and what was expected instead of surfacing an OSError traceback f
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -62,11 +63,16 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Check, without creating anything, that `path` is or can become a writable output directory.
 
     Raises:
-        ValueError: `path` is "." / ".." / empty, is an existing file, lies under a file, or its nearest
-            existing ancestor is not writable; the message names `flag` and `path`.
+        ValueError: `path` is "." / ".." / empty, is not UTF-8 text (argv bytes that are not: the folder's path
+            goes into its JSON files, which cannot hold it, so `agentrl sft` trained, then failed to save), is an
+            existing file, lies under a file, or its nearest existing ancestor is not writable; the message names
+            `flag` and `path`.
     """
     p = Path(path)
     _reject_dot_names(p, flag)
+    if lone_surrogate_path(str(p)) is not None:
+        shown = str(p)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
+        raise ValueError(f"{flag} '{shown}' is not UTF-8 text; pass a path of UTF-8 characters")
     if p.exists() and not p.is_dir():
         raise ValueError(f"{flag} {str(p)!r} is a file; expected a directory")
     blocker = _existing_file_ancestor(p)
@@ -96,17 +102,29 @@ def prepare_output_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     return p
 
 
+def refuse_special_file(path: str | os.PathLike, what: str) -> None:
+    """Raise ValueError if `path` exists (links followed) and is neither a regular file nor a directory: a
+    device such as /dev/null, a FIFO or a socket. The atomic writers write beside and rename over `path`, which
+    would replace such a node with a regular file (as root, `--out /dev/null` used to replace /dev/null)."""
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise ValueError(f"{what} {str(p)!r} is not a regular file (a device, FIFO or socket); expected a path "
+                         "where a file can be written")
+
+
 def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Check that `path` names a file that can be written (its parent is created); returns it as a Path.
 
     Nothing is written at `path` itself, and no temporary file is made anywhere.
 
     Raises:
-        ValueError: `path` is "." / ".." / empty, an existing directory, under a file, or its parent
-            cannot be created or written; the message names `flag` and `path`.
+        ValueError: `path` is "." / ".." / empty, an existing directory, a device, FIFO or socket
+            (refuse_special_file), under a file, or its parent cannot be created or written; the message
+            names `flag` and `path`.
     """
     p = Path(path)
     _reject_dot_names(p, flag)
+    refuse_special_file(p, flag)
     if p.is_dir():
         if p.suffix:  # a file name (report.html, tasks.jsonl) taken by a directory
             raise ValueError(f"{flag} {str(p)!r} is a directory; expected a file there (move the directory aside)")
@@ -163,17 +181,70 @@ def loads_json(text: str | bytes, where: str) -> Any:
             from None
 
 
-def check_port_free(host: str, port: int, flag: str = "--port") -> None:
-    """Check that a server could listen on `host:port` now (port 0: any free port will do).
+def lone_surrogate_path(value: Any) -> str | None:
+    """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
+    `messages[0].content`-style text ("" for `value` itself), or None if every string is UTF-8 text."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in item):
+                return where
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                name = str(k)[:40].encode("utf-8", "backslashreplace").decode("utf-8")  # the path itself is UTF-8
+                key = f"{where}.{name}" if where else name
+                stack += [(k, key), (v, key)]
+        elif isinstance(item, list):
+            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+    return None
 
-    Binds (SO_REUSEADDR, as uvicorn does) and closes a probe socket, so a port already taken is refused
-    before a model is loaded, and before the command prints that it is listening.
+
+def replace_lone_surrogates(value: Any) -> Any:
+    """Decoded JSON `value` with every lone surrogate in its strings (keys and values) replaced by U+FFFD,
+    as a lossy UTF-8 decode would have it; `value` itself when it holds none."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value) \
+            if any("\ud800" <= ch <= "\udfff" for ch in value) else value
+    if isinstance(value, dict):
+        return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replace_lone_surrogates(v) for v in value]
+    return value
+
+
+MAX_SEED = 1 << 62  # torch's generators take 64-bit seeds, and runs add offsets (task index, step) to theirs
+
+
+def check_seed(seed: Any, name: str) -> int:
+    """Return `seed` if it is an integer of magnitude below MAX_SEED (2**62), which every generator a run
+    seeds with it or with it plus an offset takes (torch's: 64-bit).
 
     Raises:
-        ValueError: the port is in use, or the address cannot be bound here; names `flag`, host and port.
+        ValueError: not an int (a bool is not one), or too large; names `name` (e.g. "RLConfig.seed"). A
+            larger seed used to get as far as torch.manual_seed, after the model had loaded, and end the
+            command with "Overflow when unpacking long long".
     """
-    if port == 0:
-        return
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{name}: expected an integer seed, got {type(seed).__name__} {repr(seed)[:80]}")
+    if not -MAX_SEED < seed < MAX_SEED:
+        raise ValueError(f"{name}: expected a seed between -2**62 and 2**62 (torch seeds are 64-bit), "
+                         f"got {str(seed)[:40]}{'...' if len(str(seed)) > 40 else ''}")
+    return seed
+
+
+def check_port_free(host: str, port: int, flag: str = "--port") -> None:
+    """Check that a server could listen on `host:port` now (port 0: any free port will do, so only the host
+    is checked).
+
+    Binds (SO_REUSEADDR, as uvicorn does) and closes a probe socket, so a port already taken, or a host that
+    is not an address of this machine, is refused before a model is loaded, and before the command prints
+    that it is listening.
+
+    Raises:
+        ValueError: the port is in use (names `flag` and the port), or the host is not an address of this
+            machine (names --host), or the address cannot be bound here.
+    """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
@@ -184,5 +255,8 @@ def check_port_free(host: str, port: int, flag: str = "--port") -> None:
         try:
             s.bind(addr)
         except OSError as e:
-            why = "is in use (another server?)" if e.errno == 98 else f"cannot be bound ({e.strerror or e})"
+            if e.errno == errno.EADDRNOTAVAIL:  # the host, not the port: "pass another --port" misled
+                raise ValueError(f"--host {host!r}: not an address of this machine ({e.strerror or e}); "
+                                 "pass one of its own addresses, e.g. 127.0.0.1") from None
+            why = "is in use (another server?)" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror or e})"
             raise ValueError(f"{flag} {port} on {host} {why}; pass another {flag}") from None

@@ -143,18 +143,88 @@ def test_overlong_bash_command_is_malformed(minmax_task, sandbox):
     assert r.status == "malformed"
 
 
-def test_paths_the_sandbox_cannot_hold_are_failed_bash_calls_not_env_errors(minmax_task, sandbox):
-    """A Write the in-memory repository takes but no file system holds (a path 2,000 folders deep, a
-    300-byte name, a file where a folder is needed) makes the next Bash a failed call the model sees;
-    it used to raise RecursionError out of env.step (the episode unscorable, its advantage 0) or report
-    a "sandbox failure"."""
-    writes = [("/repo/" + "d/" * 2000 + "z.py",), ("/repo/" + "a" * 300 + ".py",), ("/repo/q.py", "/repo/q.py/z.py")]
+def test_paths_the_sandbox_cannot_hold_are_failed_writes_and_the_repository_stays_usable(minmax_task, sandbox):
+    """A Write of a path no file system holds (2,000 folders deep, a 300-byte name, a file where a folder is
+    needed, a folder where a file is) or of text that is not UTF-8 is a failed call. It used to be taken:
+    files cannot be deleted, so every later Bash of the episode then failed with "sandbox file ..."."""
+    writes = [("/repo/" + "d/" * 2000 + "z.py",), ("/repo/" + "a" * 300 + ".py",), ("/repo/q.py", "/repo/q.py/z.py"),
+              ("/repo/w/z.py", "/repo/w"), ("/repo/s.py", "/repo/\udcff.py")]
     for paths in writes:
         env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
         env.reset(minmax_task)
-        assert [r.status for r in env.step([c("Write", file_path=p, content="x = 1\n") for p in paths]).results] \
-            == ["ok"] * len(paths)
+        results = env.step([c("Write", file_path=p, content="x = 1\n" if p != "/repo/s.py" else "x = '\ud800'\n")
+                            for p in paths]).results
+        assert results[-1].status == "failed", [r.content for r in results]
+        assert all(r.content.encode("utf-8") for r in results)  # no lone surrogate reaches the tokenizer
         (r,) = env.step([c("Bash", command="python -m pytest -q")]).results
-        assert r.status == "failed" and "sandbox file" in r.content and "sandbox failure" not in r.content, r.content
+        assert r.status == "ok" and "1 failed" in r.content, r.content  # the repository is still usable
         env.final_answer("done")
         assert env.reward() == 0.0  # graded as usual: the source file is still the buggy one
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    results = env.step([c("Read", file_path=SRC),
+                        c("Edit", file_path=SRC, old_string="best = values[0]", new_string="best = '\udcff'")]).results
+    assert results[1].status == "failed" and "UTF-8" in results[1].content
+    assert "udcff" not in env.files["stack_peak.py"] and "\udcff" not in env.files["stack_peak.py"]
+
+
+def test_files_a_run_leaves_that_no_run_could_take_back_stay_out_of_the_repository(minmax_task, sandbox):
+    """A script that makes a file name of non-UTF-8 bytes, a control character or 100 folders deep, or that
+    turns the source file into a folder with a file in it: those files used to come back into the repository,
+    so `ls` showed a lone surrogate (the tokenizer raised TypeError: the run crashed) and every later Bash
+    failed with "sandbox file ..."."""
+    script = ("import os\n"
+              "os.close(os.open(b'bad\\xff.py', os.O_CREAT | os.O_WRONLY))\n"
+              "open('a\\nb.py', 'w').write('1')\n"
+              "p = '/'.join(['d'] * 100)\nos.makedirs(p)\nopen(p + '/x.py', 'w').write('1')\n"
+              "os.remove('stack_peak.py')\nos.mkdir('stack_peak.py')\nopen('stack_peak.py/x.py', 'w').write('1')\n"
+              "open('kept.py', 'w').write('2')\n")
+    env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
+    env.reset(minmax_task)
+    results = env.step([c("Write", file_path="/repo/e.py", content=script), c("Bash", command="python e.py"),
+                        c("Bash", command="ls")]).results
+    assert [r.status for r in results] == ["ok"] * 3, [r.content for r in results]
+    assert results[2].content.split("\n") == ["e.py", "kept.py", "stack_peak.py", "test_stack_peak.py"]
+    assert sorted(env.files) == ["e.py", "kept.py", "stack_peak.py", "test_stack_peak.py"]
+    (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")]).results
+    assert r.status == "ok" and "1 failed" in r.content, r.content
+
+
+def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):
+    """Coding-tools grades through the hardened grader (plain data at the test boundary): a function returning
+    an object whose __eq__ is always True used to pass every hidden `assert f(x) == y` (reward 1.0), and a file
+    that killed its grader at import made the episode unscorable (reward None) instead of 0."""
+    always_equal = ("class Same:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n\n"
+                    "def stack_peak(values):\n    return Same()\n")
+    kill_grader = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    for source, want in ((always_equal, 0.0), (kill_grader, 0.0), (kill_grader + minmax_task.reference, 1.0),
+                         (minmax_task.reference, 1.0)):
+        env = make_env("coding-tools", sandbox=sandbox)
+        env.reset(minmax_task)
+        env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])
+        env.final_answer("done")
+        assert env.reward() == want, source
+        assert env.stats()["sandbox_errors"] == 0
+
+
+def test_a_chain_of_commands_shares_one_wall_clock_limit(minmax_task):
+    """Each sandboxed run of `python s.py && python s.py && ...` had its own limit, so one Bash call could run
+    ~1,000 of them (the command's length cap) and hold the trainer for hours; now the chain shares one."""
+    import time
+
+    from agentrl.sandbox import Sandbox, SandboxLimits
+
+    env = make_env("coding-tools", sandbox=Sandbox(SandboxLimits(timeout_s=2.0)))
+    env.reset(minmax_task)
+    env.step([c("Write", file_path="/repo/s.py", content="import time\ntime.sleep(0.8)\n")])
+    start = time.monotonic()
+    (r,) = env.step([c("Bash", command=" && ".join(["python s.py"] * 8))]).results
+    took = time.monotonic() - start
+    assert took < 4.0, took  # 8 x 0.8 s = 6.4 s before
+    assert r.status == "ok" and "stopped" in r.content, r.content
+    assert env.stats()["wall_timeouts"] >= 1
+    start = time.monotonic()
+    (r,) = env.step([c("Bash", command=" && ".join(["python s.py"] * 8), timeout=1000)]).results
+    assert time.monotonic() - start < 2.5 and "stopped" in r.content  # `timeout` lowers the whole line's limit
+    (r,) = env.step([c("Bash", command="ls && pwd && cat s.py")]).results
+    assert r.status == "ok" and "time.sleep" in r.content  # quick chains are unaffected

@@ -120,3 +120,31 @@ def test_summary_and_plots_tolerate_none_nan_and_empty_values(tmp_path):
     assert plot_results(data, tmp_path) == []  # no finite value anywhere: nothing to draw, no crash
     data["steps"].append({"step": 2, "reward_mean": 0.5, "reward_std": None, "entropy": 0.1})
     assert sorted(p.name for p in plot_results(data, tmp_path)) == ["entropy.png", "train_reward.png"]
+
+
+def test_a_results_file_with_a_lone_surrogate_is_named_before_anything_is_written(tmp_path, capsys):
+    """An unpaired \\udcff escape in a results string: `report --html` printed the table, then failed writing the
+    page with "'utf-8' codec can't encode character '\\udcff' ..." (no file, no field)."""
+    import json
+
+    build_synthetic(tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["config"]["out"] = "runs/\udcff"
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    assert main(["report", "--html", "--no-plots", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "r.json: invalid results at config.out: a lone surrogate" in err, err
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_config_strings_must_be_utf8_text(tmp_path, capsys):
+    """`--out $'runs/\\xff'` (argv bytes) or a YAML "\\udcff" escape: the run made its folder, then failed writing
+    results.json with "'utf-8' codec can't encode character"; now RLConfig names the field first."""
+    import pytest
+
+    with pytest.raises(ValueError, match=r"RLConfig\.out: expected a string of UTF-8 text, got 'runs/\\udcff'"):
+        RLConfig.from_flat(out="runs/\udcff")
+    (tmp_path / "c.yaml").write_text('out: "runs/\\udcff"\n')
+    assert main(["train", "--config", str(tmp_path / "c.yaml"), "--print-config"]) == 2
+    assert "RLConfig.out: expected a string of UTF-8 text" in capsys.readouterr().err
+    assert RLConfig.from_flat(out="runs/é").run.out == "runs/é"  # non-ASCII text is fine

@@ -173,6 +173,11 @@ def test_messages_jsonl_mask_on_assistant_only(tokenizers, tmp_path):
     assert "Fix it." in tok.decode(list(tr.prompt_ids))
     with pytest.raises(ValueError, match="at least one assistant"):
         messages_trajectory({"messages": [{"role": "user", "content": "x"}]}, tok, "rec")
+    # a lone surrogate (JSON's unpaired \udcff escape) is named, not the tokenizer's "TextEncodeInput must be ..."
+    rec["messages"][4]["content"] = "All \udcff good."
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match=r"m\.jsonl:1: field 'messages\[4\]\.content' holds a lone surrogate"):
+        load_trajectories(path, tok)
 
 
 def test_messages_in_openai_shapes_render_like_plain_ones_and_odd_ones_are_refused(tokenizers):

@@ -51,6 +51,11 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
     (lambda d: d.update(entry="not a name!"), r":3: field 'entry': 'not a name!' is not a Python function name"),
     (lambda d: d.update(hidden_tests=[]), r":3: field 'hidden_tests': no hidden tests; .*every episode would score 0"),
     (lambda d: d["hidden_tests"].append("  \n"), r":3: field 'hidden_tests\.\d+': blank test snippet; it passes whatever"),
+    # lone surrogates (JSON \ud800 escapes): they loaded, and every episode failed in the sandbox as unscorable
+    (lambda d: d["files"].update({d["source_file"]: "x = '\ud800'\n"}), r":3: field 'files\.\w+\.py': .*lone surrogate"),
+    (lambda d: d["hidden_tests"].append("assert '\udcff'"), r":3: field 'hidden_tests\.\d+': .*lone surrogate"),
+    (lambda d: d.update(meta={"k\udfff": 1}), r":3: field 'meta\.k.*udfff': .*lone surrogate"),
+    (lambda d: d.update(reference="\udc80"), r":3: field 'reference': .*lone surrogate"),
 ])
 def test_tasks_no_environment_could_run_name_line_and_field(tmp_path, edit, pattern):
     """A task file is operator input: a task the schema passes but that no sandbox could hold or grade

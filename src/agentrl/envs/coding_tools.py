@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from typing import Any
 
 from agentrl.envs.base import StepResult, ToolCall
@@ -31,6 +32,7 @@ from agentrl.envs.toolenv import (
     object_schema,
 )
 from agentrl.sandbox.api import LIMIT_STATS
+from agentrl.sandbox.process import file_path_problem
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -39,6 +41,7 @@ SYSTEM_PROMPT = (
     "A reply without a tool call is your final answer and ends the session."
 )
 READ_LIMIT_LINES = 2000
+DEFAULT_BASH_BUDGET_S = 10.0  # a Bash call's wall-clock limit when the sandbox states none (SandboxLimits' default)
 MAX_BASH_COMMAND_CHARS = 16384  # longer Bash commands are malformed (schema): bounds shlex work per call
 STAT_NAMES = (
     "reads", "edits", "writes", "bash_calls", "test_runs",
@@ -94,6 +97,7 @@ class CodingToolsEnv(SourceGradedEnv):
     """
 
     name = "coding-tools"
+    hardened_grading = True  # the model writes the source freely (SourceGradedEnv.hardened_grading)
 
     def __init__(self, max_turns: int = 6, max_calls_per_turn: int | None = DEFAULT_MAX_CALLS_PER_TURN,
                  sandbox: Any = None, **rules: Any):
@@ -192,12 +196,42 @@ class CodingToolsEnv(SourceGradedEnv):
         if n > 1 and not replace_all:
             raise ToolRejected(f"old_string occurs {n} times in {file_path}; give more context or set replace_all",
                                "edit_not_unique")
-        self.files[rel] = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        new_text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        self._storable(file_path, rel, new_text)
+        self.files[rel] = new_text
         return f"Edited {file_path} ({n if replace_all else 1} replacement{'s' if replace_all and n > 1 else ''})."
+
+    def _clash(self, rel: str) -> str | None:
+        """Why the repository cannot hold a file at `rel` beside its files (None: it can): one of its
+        folders is a file here, or it is a folder here."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in self.files:
+                return f"{REPO_ROOT}/{'/'.join(parts[:i])} is a file, not a directory"
+        if any(p.startswith(rel + "/") for p in self.files):
+            return f"{REPO_ROOT}/{rel} is a directory"
+        return None
+
+    def _storable(self, file_path: str, rel: str, text: str) -> None:
+        """Raise ToolRejected unless the repository can hold `text` at `rel` and hand it to a sandboxed run:
+        a path the sandbox takes (file_path_problem: not too long or deep, UTF-8), no file where a folder
+        of it must be (or the reverse), text that encodes as UTF-8. Else every later Bash run would fail."""
+        why = file_path_problem(rel)
+        if why:
+            raise ToolRejected(f"{file_path[:200]}: {why}")
+        clash = self._clash(rel)
+        if clash:
+            raise ToolRejected(f"{file_path[:200]}: {clash}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ToolRejected(f"the new text of {file_path[:200]} is not encodable as UTF-8 ({e.reason} at "
+                               f"position {e.start})") from None
 
     def _tool_write(self, file_path: str, content: str) -> str:
         self._bump("writes")
         rel = self._path(file_path)
+        self._storable(file_path, rel, content)
         exists = rel in self.files
         if exists and rel not in self._read:
             raise ToolRejected(f"{file_path} exists; read it with Read before overwriting it", "write_before_read")
@@ -218,9 +252,20 @@ class CodingToolsEnv(SourceGradedEnv):
         except BashError as e:
             raise ToolRejected(str(e)) from None
         cwd, outputs, rejected = REPO_ROOT, [], False
+        # One wall-clock limit for the whole command line, shared by its commands: each sandboxed run had
+        # its own, so `python s.py && python s.py && ...` (a 9 s sleep, ~1,000 times within the command's
+        # length cap) held one call, and the trainer, for hours.
+        budget_s = self._bash_budget_s(timeout)
+        deadline = time.monotonic() + budget_s
         for cmd in commands:
+            left_ms = round((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                self._bump(LIMIT_STATS["wall"])
+                outputs.append(f"[stopped: the command line's wall-clock limit of {budget_s:g} s reached; "
+                               "later commands did not run]")
+                break
             try:
-                text, ok, cwd = self._run_command(cmd, cwd, timeout)
+                text, ok, cwd = self._run_command(cmd, cwd, left_ms)
             except BashError as e:  # refused by our Bash or by the sandbox, or the sandbox could not run it
                 outputs.append(str(e))
                 rejected = True
@@ -232,6 +277,23 @@ class CodingToolsEnv(SourceGradedEnv):
         if rejected:  # a command that never ran is a failed call, not a run with output
             raise ToolRejected(out)
         return out
+
+    def _bash_budget_s(self, timeout_ms: int | None) -> float:
+        """Seconds one Bash call may take in all: the sandbox's per-run wall-clock limit (DEFAULT_BASH_BUDGET_S
+        before a default sandbox exists), lowered by `timeout`."""
+        limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or DEFAULT_BASH_BUDGET_S
+        return float(limit) if timeout_ms is None else min(float(limit), timeout_ms / 1000.0)
+
+    def _take_back(self, written: dict[str, str]) -> None:
+        """Merge the files a sandboxed run wrote into the repository. A file under a folder that replaced a
+        repository file (or the reverse) stays out: deletions do not come back, so both would be handed to
+        every later run, which the sandbox refuses."""
+        for path, text in written.items():
+            if path not in self.files and self._clash(path):
+                continue
+            if self.files.get(path) != text:
+                self.files[path] = text
+                self._read.discard(path)  # changed behind the agent's back: read it again before editing
 
     def _run_command(self, cmd: Any, cwd: str, timeout_ms: int | None) -> tuple[str, bool, str]:
         """Run one simple command; returns (output, succeeded, new cwd)."""
@@ -254,10 +316,7 @@ class CodingToolsEnv(SourceGradedEnv):
             result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
         except ValueError as e:  # the sandbox refuses the argv (e.g. a script outside the work dir)
             raise BashError(str(e)) from None
-        for path, text in returned_files(result.files).items():
-            if self.files.get(path) != text:
-                self.files[path] = text
-                self._read.discard(path)  # changed behind the agent's back: read it again before editing
+        self._take_back(returned_files(result.files))
         for hit in result.limits_hit:
             self._bump(hit.stat)
         if result.error and not result.timed_out:  # the sandbox could not run the command at all

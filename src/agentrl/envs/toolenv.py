@@ -7,6 +7,7 @@ the chat-level parser that turns sampled text into ToolCalls (agentrl.chat).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,7 @@ import jsonschema
 
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall, ToolResult
 from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
+from agentrl.envs.session_grader import hardened_job
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
@@ -48,6 +50,19 @@ def cap_observation(text: str, max_chars: int | None) -> tuple[str, int]:
     tail = keep - head
     cut = len(text) - keep
     return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:] if tail else ''}", cut
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable_text(text: str) -> str:
+    """`text` with every lone surrogate (U+D800-U+DFFF) replaced by U+FFFD, so it encodes as UTF-8.
+
+    Python keeps undecodable bytes of a file name (`os.walk`) or a client's JSON escape (`"\\udcff"`) as
+    lone surrogates; a tokenizer refuses such a string (TypeError) and a strict JSON writer cannot store
+    it, so an observation holding one would end the run instead of the episode.
+    """
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 class ToolRejected(Exception):
@@ -288,9 +303,10 @@ class ToolEnv(Env):
                           end_reason=self.end_reason)
 
     def _capped(self, result: ToolResult) -> ToolResult:
-        content, cut = cap_observation(result.content, self.max_observation_chars)
+        """`result` with its content capped (cap_observation) and made UTF-8 encodable (encodable_text)."""
+        content, cut = cap_observation(encodable_text(result.content), self.max_observation_chars)
         if not cut:
-            return result
+            return result if content is result.content else ToolResult(result.call, result.status, content)
         self._counts["observations_capped"] += 1
         self._counts["observation_chars_cut"] += cut
         return ToolResult(result.call, result.status, content)
@@ -350,12 +366,20 @@ class SourceGradedEnv(ToolEnv):
     """
 
     _hidden_fraction: float = 0.0
+    # Grade through agentrl.envs.session_grader's hardened job (plain data at the test boundary, builtins and
+    # modules restored) instead of importing the file as written: for environments whose model writes the
+    # source freely, where `def f(*a): return AlwaysEqual()` (an object whose __eq__ is always True) otherwise
+    # passes every `assert f(x) == y`. The edit menu only applies authored edits, so it keeps the plain job.
+    hardened_grading: bool = False
 
     def _grade_source(self, source: str | None) -> float | None:
         """Grade `source` (None: the file is gone) on the task's hidden tests in the sandbox; None when
         the sandbox itself failed to grade (after `grade`'s retries): unscorable, not a 0."""
         assert self.task is not None
-        report = grade(self.sandbox, source_job(self.task, source, self.task.hidden_tests))
+        task = self.task
+        job = hardened_job([source or ""], task.module, task.hidden_tests, task.test_setup, extra_names=(task.entry,)) \
+            if self.hardened_grading else source_job(task, source, task.hidden_tests)
+        report = grade(self.sandbox, job)
         self._hidden_fraction = report.fraction
         self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         if is_sandbox_failure(report):

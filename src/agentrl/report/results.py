@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrl.eval.report import EvalReport, PairedDifference
 
-from agentrl.preflight import loads_json
+from agentrl.preflight import loads_json, lone_surrogate_path, refuse_special_file
 from agentrl.report.schema import RESULTS_SCHEMA, SCHEMA_VERSION, STATUSES  # noqa: F401 - re-exported
 
 
@@ -67,9 +67,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` atomically (same-directory temp file, fsync, os.replace, dir fsync).
 
     The file gets the mode an ordinary `open(path, "w")` would give (0666 less the umask, so 0644 under
-    the usual umask 022), not mkstemp's private 0600.
+    the usual umask 022), not mkstemp's private 0600. Raises ValueError, writing nothing, if `path` is a
+    device, FIFO or socket (preflight.refuse_special_file: the rename would replace it).
     """
     path = Path(path)
+    refuse_special_file(path, "output file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -272,7 +274,8 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     interval need not contain the point estimate, e.g. with few resamples, so that is not required.)
 
     Raises:
-        FileNotFoundError: no such file; ValueError: not JSON, or invalid (names the file and the JSON path).
+        FileNotFoundError: no such file; ValueError: not JSON, a string that is not UTF-8 text, or invalid
+            (names the file and the JSON path).
     """
     import jsonschema
 
@@ -289,6 +292,10 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); expected a results JSON file") from e
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
+    bad = lone_surrogate_path(data)  # `report --html` failed writing the page: "'utf-8' codec can't encode ..."
+    if bad is not None:
+        raise ValueError(f"{path}: invalid results at {bad[:200] or '(top level)'}: a lone surrogate (an unpaired "
+                         "\\ud800-\\udfff escape), which is not UTF-8 text")
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(data))
     if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from agentrl.models.device import canonical_dtype
 from agentrl.models.policy import PolicyConfig
+from agentrl.preflight import check_seed, lone_surrogate_path
 from agentrl.rl.estimators import ADV_ESTIMATORS
 from agentrl.rl.sections import (
     ADV_MODES,
@@ -92,6 +93,7 @@ class RLConfig:
             if getattr(v, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(v, name)!r}")
         self._validate_names(v)
+        check_seed(v.seed, "RLConfig.seed")
         for name in ("clip_low", "clip_high"):
             if not 0.0 < getattr(v, name) < (1.0 if name == "clip_low" else float("inf")):
                 raise ValueError(f"RLConfig.{name}: expected 0 < {name}" + (" < 1" if name == "clip_low" else "")
@@ -144,12 +146,13 @@ class RLConfig:
             elif isinstance(d, float):
                 ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 expected = "a finite number"
-            elif isinstance(d, str):
-                ok, expected = isinstance(v, str), "a string"
+            elif isinstance(d, str):  # UTF-8 text: results.json and the log are UTF-8 (argv bytes or a YAML
+                # "\udcff" escape gave a lone surrogate: `--out` made its folder, then the run failed to write)
+                ok, expected = isinstance(v, str) and lone_surrogate_path(v) is None, "a string of UTF-8 text"
             else:
                 continue
             if not ok:
-                raise ValueError(f"RLConfig.{name}: expected {expected}, got {v!r}")
+                raise ValueError(f"RLConfig.{name}: expected {expected}, got {repr(v)[:200].encode('utf-8', 'backslashreplace').decode('utf-8')}")
 
     @classmethod
     def from_flat(cls, values: dict[str, Any] | None = None, /, **flat: Any) -> RLConfig:

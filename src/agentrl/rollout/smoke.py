@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.models.policy import PolicyConfig
+from agentrl.preflight import check_seed
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class SmokeConfig:
     max_context_tokens: int = 4096
     show: int = 2
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed, "SmokeConfig.seed")
 
 
 def _envs_and_tasks(cfg: SmokeConfig) -> tuple[list, Any]:

@@ -329,13 +329,19 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20) -> d
     """The work dir's UTF-8 text files after a run (path -> text), never following links.
 
     Skips symlinks, hard-linked files, files not owned by the job uid, binaries and large files,
-    so a hostile child cannot make the (root) parent read a file outside the work dir.
+    so a hostile child cannot make the (root) parent read a file outside the work dir; and files whose
+    path `file_path_problem` refuses (a name of non-UTF-8 bytes, read as lone surrogates that no tokenizer
+    or strict JSON writer takes; a control character; too long or too deep), which no later job could be
+    given back and no observation could show.
     """
     out: dict[str, str] = {}
     for dirpath, dirs, names in os.walk(workdir, followlinks=False):
         dirs[:] = [d for d in dirs if d not in ("__pycache__", ".pytest_cache")]
         for n in names:
             path = os.path.join(dirpath, n)
+            rel = os.path.relpath(path, workdir)
+            if file_path_problem(rel):
+                continue
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
@@ -347,7 +353,7 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20) -> d
                     continue
                 data = f.read(max_file_bytes + 1)
             try:
-                out[os.path.relpath(path, workdir)] = data.decode("utf-8")
+                out[rel] = data.decode("utf-8")
             except UnicodeDecodeError:
                 continue
     return out

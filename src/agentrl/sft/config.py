@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from agentrl.preflight import check_seed
+
 
 @dataclass(frozen=True)
 class SFTConfig:
@@ -49,3 +51,4 @@ class SFTConfig:
             raise ValueError(f"bad SFTConfig: {bad} must be a finite number, got {floats[bad]}")
         if self.weight_decay < 0 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"bad SFTConfig: need weight_decay >= 0 and betas in [0, 1) ({self})")
+        check_seed(self.seed, "SFTConfig.seed")

@@ -28,7 +28,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
-from agentrl.preflight import check_input_file, loads_json
+from agentrl.preflight import check_input_file, loads_json, lone_surrogate_path
 from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
@@ -379,6 +379,10 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
                 rec = loads_json(line, where)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
+            bad = lone_surrogate_path(rec)  # the template's tokenizer raised "TextEncodeInput must be Union[...]"
+            if bad is not None:
+                raise ValueError(f"{where}: field {bad[:120]!r} holds a lone surrogate (an unpaired \\ud800-\\udfff "
+                                 "escape), which is not UTF-8 text")
             if isinstance(rec, dict) and "messages" in rec:
                 if tokenizer is None:
                     raise ValueError(f"{where}: a chat-messages record needs a tokenizer to render it")

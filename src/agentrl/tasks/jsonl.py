@@ -1,9 +1,9 @@
 """Tasks to and from JSON Lines (one Task per line), validated by a JSON Schema. Not a dataset loader.
 
 The schema is documented in docs/task-schema.md. A malformed line (bad JSON, a truncated last line,
-a missing field, a field of the wrong type, a task no environment could run: a file path outside the
-work dir, a source file that is not an importable module, an entry that is not a Python name)
-raises ValueError naming the file, line number and field.
+a missing field, a field of the wrong type, a task no environment could run: text that is not UTF-8
+(a lone surrogate escape), a file path outside the work dir, a source file that is not an importable
+module, an entry that is not a Python name) raises ValueError naming the file, line number and field.
 """
 
 from __future__ import annotations
@@ -81,13 +81,37 @@ def _field_of(error: jsonschema.ValidationError) -> str:
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _unencodable(value: object, path: str) -> str | None:
+    """The dotted path of the first string (key or value) in `value` that UTF-8 cannot encode, else None.
+
+    JSON's `\\ud800` escape reads as a lone surrogate: no sandbox file, tokenizer or results file takes one."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{str(key)[:200]}" if path else str(key)[:200]
+        bad = _unencodable(key, where) if isinstance(key, str) else None
+        bad = bad or _unencodable(item, where)
+        if bad:
+            return bad
+    return None
+
+
 def _meaning_problem(data: dict) -> tuple[str, str] | None:
     """(field, why) for a task that passes the schema but that no environment could run or grade, else None:
-    a file path the sandbox's work dir cannot hold, a source file that is not an importable `.py` module
+    a string that is not UTF-8 text (a lone surrogate), a file path the sandbox's work dir cannot hold, a source file that is not an importable `.py` module
     path (the hidden tests import it), an entry that is not a Python name, or hidden tests that cannot tell
     a fix from anything else (none: every episode rewards 0; a blank one passes whatever the policy writes)."""
     from agentrl.sandbox.process import file_path_problem
 
+    bad = _unencodable(data, "")
+    if bad:
+        return bad.encode("utf-8", "backslashreplace").decode("utf-8"), \
+            "holds a lone surrogate (a \\ud800-\\udfff escape), which is not UTF-8 text"
     if not data["hidden_tests"]:
         return "hidden_tests", "no hidden tests; the reward is the fraction that pass, so every episode would score 0"
     for i, test in enumerate(data["hidden_tests"]):

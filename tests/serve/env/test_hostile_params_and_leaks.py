@@ -102,6 +102,48 @@ def test_every_bad_reset_and_step_parameter_over_http_is_a_4xx_naming_it(server)
     assert requests.post(f"{url}/reset", json={"split": "heldout", "index": 0}, timeout=30).status_code == 200
 
 
+def test_lone_surrogates_on_the_websocket_keep_the_session(server):
+    """A string with a lone surrogate (an unpaired \\udcff escape) in an action: OpenEnv's validation error
+    echoed it and could not be written as JSON, so the server answered "Error serializing to JSON" and closed
+    the session. Now such text reads as U+FFFD (a lossy UTF-8 decode) and the call runs; a reset parameter
+    with one is an error saying so (it said "a string of at most 255 characters, got str of 1 characters")."""
+    url, served = server
+    task = served.catalog.splits["heldout"][0]
+    raw = '{"type": "step", "data": {"calls": [{"name": "run_python", "arguments": {"code": "print(len(\'\\udcff\'))"}}]}}'
+    with _ws(url) as ws:
+        assert _send(ws, {"type": "reset", "data": {"task_id": task.id}})["type"] == "observation"
+        r = _send(ws, raw)
+        assert r["type"] == "observation", r
+        assert r["data"]["observation"]["results"][0]["content"].strip() == "1"
+        r = _send(ws, '{"type": "step", "data": {"calls": [{"name": "run\\udcff"}]}}')
+        assert r["type"] == "observation" and r["data"]["observation"]["results"][0]["status"] == "malformed", r
+        r = _send(ws, '{"type": "reset", "data": {"episode_id": "e\\ud800"}}')
+        assert r["type"] == "error" and "episode_id must be UTF-8 text" in r["data"]["message"], r
+        r = _send(ws, '{"type": "step", "data": {"truncate": "\\udfff"}}')
+        assert r["type"] == "observation" and r["data"]["observation"]["end_reason"] == "\ufffd", r
+        assert _state(ws)["done"] is True  # the session is still open
+
+
+def test_a_websocket_frame_that_is_not_a_json_object_is_an_error_frame_and_the_session_goes_on(server):
+    """A frame that was an array, a string, null, JSON nested past the recursion limit or a 5,000-digit integer:
+    OpenEnv's loop answered "'list' object has no attribute 'get'" (or the RecursionError's text) and closed the
+    session, losing the episode."""
+    url, served = server
+    task = served.catalog.splits["heldout"][0]
+    frames = [("[1]", "got an array"), ('"x"', "got a string"), ("null", "got null"), ("5", "got a number"),
+              ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+              ('{"type": "reset", "data": {"seed": ' + "9" * 5000 + "}}", "more than 4300 digits")]
+    with _ws(url) as ws:
+        assert _send(ws, {"type": "reset", "data": {"task_id": task.id}})["type"] == "observation"
+        before = _state(ws)
+        for frame, named in frames:
+            r = _send(ws, frame)
+            assert r["type"] == "error" and r["data"]["code"] == "INVALID_JSON" and named in r["data"]["message"], r
+        assert _state(ws) == before
+        r = _send(ws, {"type": "step", "data": {"calls": [{"name": "run_python", "arguments": {"code": "print(6*7)"}}]}})
+        assert r["data"]["observation"]["results"][0]["content"].strip() == "42"
+
+
 def test_a_body_nested_too_deeply_or_with_a_huge_integer_is_a_400_not_a_500(server):
     """json.loads raised RecursionError in the parameter gate: a 500 and a traceback in the server log."""
     url, _ = server

@@ -1,6 +1,7 @@
 """`agentrl serve-policy` as a real process on loopback, answering the openai client."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -70,3 +71,21 @@ def test_serve_on_port_0_never_logs_port_0():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("drain_timeout_s", float("nan"), "drain_timeout_s must be a number of seconds >= 0, got nan"),
+    ("drain_timeout_s", -1.0, "drain_timeout_s must be a number of seconds >= 0, got -1.0"),
+    ("max_message_bytes", 10, "max_message_bytes must be >= 1024, got 10"),
+])
+def test_bad_drain_timeout_and_message_size_are_refused_naming_the_value(field, value, named):
+    """`agentrl serve --drain-timeout-s nan` used to pass validation, serve, and raise "cannot convert float NaN
+    to integer" at SIGTERM instead of draining; the two limits shared one message that named neither value."""
+    from agentrl.serve.env.app import EnvServerConfig
+
+    with pytest.raises(ValueError, match=re.escape(named)):
+        EnvServerConfig(env="edit-menu", **{field: value}).validate()
+    from agentrl.cli import main
+
+    if field == "drain_timeout_s":
+        assert main(["serve", "--env", "edit-menu", "--port", "0", "--drain-timeout-s", str(value)]) == 2

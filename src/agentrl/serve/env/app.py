@@ -70,8 +70,10 @@ class EnvServerConfig:
                 raise ValueError(f"{name} must be >= 0 (0: the source's default), got {getattr(self, name)}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.drain_timeout_s < 0 or self.max_message_bytes < 1024:
-            raise ValueError("drain_timeout_s must be >= 0 and max_message_bytes >= 1024")
+        if not self.drain_timeout_s >= 0:  # NaN too: it served, then shutdown raised "cannot convert float NaN"
+            raise ValueError(f"drain_timeout_s must be a number of seconds >= 0, got {self.drain_timeout_s}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
 
 
 @dataclass
@@ -150,6 +152,7 @@ def build_app(cfg: EnvServerConfig) -> ServedEnv:
         sandbox.close()
         raise
     _add_error_handlers(app)
+    app.add_middleware(FrameGate)
     app.add_middleware(DrainGate, registry=registry)
     app.add_middleware(ParamGate, max_body_bytes=cfg.max_message_bytes)
     served = ServedEnv(app, registry, catalog, sandbox, spec.name)
@@ -199,6 +202,59 @@ class DrainGate:
         frame = {"type": "error", "data": {"message": DRAINING_MESSAGE, "code": "SESSION_ERROR"}}
         await send({"type": "websocket.send", "text": json.dumps(frame)})
         await send({"type": "websocket.close", "code": 1012, "reason": "server shutting down"})
+
+
+class FrameGate:
+    """ASGI middleware: a WebSocket text frame that is not a JSON object (a list, a string, a number, JSON
+    nested past the recursion limit, an integer of too many digits) gets one error frame (OpenEnv's shape,
+    code INVALID_JSON) and the session goes on. OpenEnv's loop called `.get` on it, or json.loads raised
+    RecursionError, outside its error handling: an "'list' object has no attribute 'get'" frame and the
+    session closed. Text that is not JSON at all passes through (OpenEnv answers it and goes on)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def checked_receive() -> Any:
+            while True:
+                msg = await receive()
+                text = msg.get("text") if msg["type"] == "websocket.receive" else None
+                if text is None:
+                    return msg
+                if len(text) > 1 << 16:  # parsing a large frame would hold the event loop
+                    import anyio.to_thread
+
+                    why = await anyio.to_thread.run_sync(_frame_error, text)
+                else:
+                    why = _frame_error(text)
+                if not why:
+                    return msg
+                import json
+
+                frame = {"type": "error", "data": {"message": why, "code": "INVALID_JSON"}}
+                await send({"type": "websocket.send", "text": json.dumps(frame)})
+
+        await self.app(scope, checked_receive, send)
+
+
+def _frame_error(text: str) -> str:
+    """Why a WebSocket text frame is refused before OpenEnv sees it ("" if it passes; see FrameGate)."""
+    import json
+
+    from agentrl.preflight import loads_json
+
+    try:
+        data = loads_json(text, "the message")
+    except json.JSONDecodeError:
+        return ""
+    except ValueError as e:
+        return str(e)[:500]
+    kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+    return "" if isinstance(data, dict) else f"a message is a JSON object with a 'type', got {kind}"
 
 
 class ParamGate:

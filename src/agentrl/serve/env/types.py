@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agentrl.envs.base import StepResult, ToolCall, ToolResult
+from agentrl.preflight import replace_lone_surrogates
 
 MAX_CALLS_PER_ACTION = 64  # calls in one turn; the environment's own max_calls_per_turn is usually 4
 MAX_ACTION_CHARS = 1_000_000  # JSON characters of one action's calls / final text (about 1 MB)
@@ -83,6 +84,18 @@ class AgentrlAction(Action):
     calls: list[ToolCallModel] = Field(default_factory=list, max_length=MAX_CALLS_PER_ACTION)
     final_answer: str | None = Field(default=None, max_length=MAX_ACTION_CHARS)
     truncate: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _utf8_text(cls, data: Any) -> Any:
+        """Lone surrogates (unpaired \\ud800-\\udfff escapes) in any string become U+FFFD, as a lossy UTF-8
+        decode would have it. Refused instead, the validation error echoes the input, which OpenEnv cannot
+        write as JSON: the WebSocket session ended with "Error serializing to JSON" (and a call name or text
+        that passed would reach the policy's tokenizer, which raises TypeError on one)."""
+        try:
+            return replace_lone_surrogates(data)
+        except RecursionError:  # nested past the limit: pydantic's own checks refuse it
+            return data
 
     @model_validator(mode="after")
     def _one_kind(self) -> AgentrlAction:
@@ -164,6 +177,9 @@ def _check(model: type[BaseModel], what: str, params: dict[str, Any]) -> Any:
         return model.model_validate(params)
     except ValidationError as e:
         name = str(e.errors()[0]["loc"][0])
+        if e.errors()[0]["type"] == "string_unicode":  # it said "a string of at most 255 characters, got str of 1"
+            raise ParameterError(f"{what} parameter {name} must be UTF-8 text; it holds a lone surrogate (an "
+                                 "unpaired \\ud800-\\udfff escape)") from None
         raise ParameterError(f"{what} parameter {name} must be {_EXPECTED.get(name, 'valid')}, got "
                              f"{_got(params.get(name))}") from None
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.chat.parse import parse_tool_calls
+from agentrl.preflight import lone_surrogate_path
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # Client parameters that would change the sampled distribution (or its truncation) and that the trainer's
@@ -92,8 +93,15 @@ def _finite_float(text: str) -> float:
 def loads_strict(raw: str | bytes) -> Any:
     """`json.loads` that accepts only RFC 8259 JSON: NaN, Infinity and numbers that overflow a double
     (1e999) raise ValueError instead of becoming floats that no strict encoder can write back (a stored
-    NaN used to make every later `GET /rollouts/<id>/trace` of that rollout a 500)."""
-    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    NaN used to make every later `GET /rollouts/<id>/trace` of that rollout a 500); so does a string with a
+    lone surrogate (an unpaired `\\ud800`-`\\udfff` escape), which no tokenizer or UTF-8 reply takes (a
+    message's made the request a 500 "sampling failed: TypeError"; a `model` name's, a 500 after sampling)."""
+    value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    where = lone_surrogate_path(value)
+    if where is not None:
+        raise ValueError(f"{where[:120] or 'the value'} holds a lone surrogate (an unpaired \\ud800-\\udfff "
+                         "escape), which is not UTF-8 text")
+    return value
 
 
 def _arguments(raw: Any) -> Any:
@@ -169,17 +177,43 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return cap
 
 
+MAX_MODEL_NAME_CHARS = 256  # the name is echoed in every reply and stream chunk
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    """A boolean field (absent or null: false). A string such as "false" used to read as true (a stream)."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise RequestError(400, f"'{name}' must be true or false, got {type(value).__name__} {repr(value)[:40]}")
+    return bool(value)
+
+
+def _model_name(body: dict[str, Any]) -> str:
+    """The `model` field: a string (absent or null: ""), echoed back. Any other type used to be echoed as
+    its str() (5 as "5", an object as its Python repr)."""
+    name = body.get("model")
+    if name is None:
+        return ""
+    if not isinstance(name, str) or len(name) > MAX_MODEL_NAME_CHARS:
+        got = f"str of {len(name)} characters" if isinstance(name, str) else type(name).__name__
+        raise RequestError(400, f"'model' must be a string of at most {MAX_MODEL_NAME_CHARS} characters, got {got}")
+    return name
+
+
 def parse_request(body: Any) -> ChatRequest:
-    """A decoded JSON body -> ChatRequest. Raises RequestError(400) with the reason."""
+    """A decoded JSON body -> ChatRequest. Raises RequestError(400) with the reason: besides the messages,
+    tools and max_tokens checks, `stream` and `stream_options.include_usage` not booleans, `stream_options`
+    not an object, `model` not a string (or longer than MAX_MODEL_NAME_CHARS)."""
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
     overridden = {k: body[k] for k, neutral in NEUTRAL.items() if k in body and body[k] != neutral
                   and body[k] is not None}
-    opts = body.get("stream_options") or {}
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise RequestError(400, f"'stream_options' must be an object, got {type(opts).__name__}")
     return ChatRequest(messages=convert_messages(body.get("messages")), tools=check_tools(body.get("tools")),
-                       stream=bool(body.get("stream", False)),
-                       include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
-                       max_tokens=_max_tokens(body), overridden=overridden, model=str(body.get("model") or ""))
+                       stream=_flag(body, "stream"), include_usage=_flag(opts or {}, "include_usage"),
+                       max_tokens=_max_tokens(body), overridden=overridden, model=_model_name(body))
 
 
 @dataclass(frozen=True)
