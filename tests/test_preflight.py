@@ -106,11 +106,17 @@ def taken_port():
         yield s.getsockname()[1]
 
 
-def test_check_port_free(taken_port):
+def test_check_port_free(taken_port, monkeypatch):
     with pytest.raises(ValueError, match=f"--port {taken_port} on 127.0.0.1 is in use"):
         check_port_free("127.0.0.1", taken_port)
+
+    def unresolvable(host, *a, **k):  # a name the resolver does not know, without asking a resolver (no DNS here)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unresolvable)
     with pytest.raises(ValueError, match="--host 'no-such-host.invalid': not an address"):
         check_port_free("no-such-host.invalid", 8000)
+    monkeypatch.undo()
     check_port_free("127.0.0.1", 0)  # any free port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -181,14 +182,21 @@ def loads_json(text: str | bytes, where: str) -> Any:
             from None
 
 
-def lone_surrogate_path(value: Any) -> str | None:
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate_path(value: Any, *, dotted: bool = False) -> str | None:
     """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
-    `messages[0].content`-style text ("" for `value` itself), or None if every string is UTF-8 text."""
+    `messages[0].content`-style text (`dotted`: `messages.0.content`, as jsonschema's paths; "" for `value`
+    itself), or None if every string is UTF-8 text.
+
+    JSON's `\\ud800`-`\\udfff` escapes, and undecodable bytes of a file name as os.walk gives them, read as lone
+    surrogates: no tokenizer, sandbox file or strict JSON writer takes one."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if any("\ud800" <= ch <= "\udfff" for ch in item):
+            if _LONE_SURROGATE.search(item):
                 return where
         elif isinstance(item, dict):
             for k, v in item.items():
@@ -196,7 +204,8 @@ def lone_surrogate_path(value: Any) -> str | None:
                 key = f"{where}.{name}" if where else name
                 stack += [(k, key), (v, key)]
         elif isinstance(item, list):
-            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+            stack += [(v, (f"{where}.{i}" if where else str(i)) if dotted else f"{where}[{i}]")
+                      for i, v in enumerate(item)]
     return None
 
 
@@ -204,8 +213,7 @@ def replace_lone_surrogates(value: Any) -> Any:
     """Decoded JSON `value` with every lone surrogate in its strings (keys and values) replaced by U+FFFD,
     as a lossy UTF-8 decode would have it; `value` itself when it holds none."""
     if isinstance(value, str):
-        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value) \
-            if any("\ud800" <= ch <= "\udfff" for ch in value) else value
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
     if isinstance(value, dict):
         return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -7,7 +7,6 @@ the chat-level parser that turns sampled text into ToolCalls (agentrl.chat).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,7 @@ import jsonschema
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall, ToolResult
 from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
 from agentrl.envs.session_grader import hardened_job
+from agentrl.preflight import replace_lone_surrogates
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
@@ -50,19 +50,6 @@ def cap_observation(text: str, max_chars: int | None) -> tuple[str, int]:
     tail = keep - head
     cut = len(text) - keep
     return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:] if tail else ''}", cut
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def encodable_text(text: str) -> str:
-    """`text` with every lone surrogate (U+D800-U+DFFF) replaced by U+FFFD, so it encodes as UTF-8.
-
-    Python keeps undecodable bytes of a file name (`os.walk`) or a client's JSON escape (`"\\udcff"`) as
-    lone surrogates; a tokenizer refuses such a string (TypeError) and a strict JSON writer cannot store
-    it, so an observation holding one would end the run instead of the episode.
-    """
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 class ToolRejected(Exception):
@@ -303,8 +290,9 @@ class ToolEnv(Env):
                           end_reason=self.end_reason)
 
     def _capped(self, result: ToolResult) -> ToolResult:
-        """`result` with its content capped (cap_observation) and made UTF-8 encodable (encodable_text)."""
-        content, cut = cap_observation(encodable_text(result.content), self.max_observation_chars)
+        """`result` with its content capped (cap_observation) and made UTF-8 encodable (preflight.replace_lone_surrogates:
+        a file name's undecodable bytes, as os.walk gives them, would make the tokenizer raise)."""
+        content, cut = cap_observation(replace_lone_surrogates(result.content), self.max_observation_chars)
         if not cut:
             return result if content is result.content else ToolResult(result.call, result.status, content)
         self._counts["observations_capped"] += 1

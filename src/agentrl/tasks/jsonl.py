@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
-from agentrl.preflight import check_input_file, loads_json
+from agentrl.preflight import check_input_file, loads_json, lone_surrogate_path
 from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -81,26 +81,6 @@ def _field_of(error: jsonschema.ValidationError) -> str:
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _unencodable(value: object, path: str) -> str | None:
-    """The dotted path of the first string (key or value) in `value` that UTF-8 cannot encode, else None.
-
-    JSON's `\\ud800` escape reads as a lone surrogate: no sandbox file, tokenizer or results file takes one."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        where = f"{path}.{str(key)[:200]}" if path else str(key)[:200]
-        bad = _unencodable(key, where) if isinstance(key, str) else None
-        bad = bad or _unencodable(item, where)
-        if bad:
-            return bad
-    return None
-
-
 def _meaning_problem(data: dict) -> tuple[str, str] | None:
     """(field, why) for a task that passes the schema but that no environment could run or grade, else None:
     a string that is not UTF-8 text (a lone surrogate), a file path the sandbox's work dir cannot hold, a source file that is not an importable `.py` module
@@ -108,9 +88,9 @@ def _meaning_problem(data: dict) -> tuple[str, str] | None:
     a fix from anything else (none: every episode rewards 0; a blank one passes whatever the policy writes)."""
     from agentrl.sandbox.process import file_path_problem
 
-    bad = _unencodable(data, "")
-    if bad:
-        return bad.encode("utf-8", "backslashreplace").decode("utf-8"), \
+    bad = lone_surrogate_path(data, dotted=True)
+    if bad is not None:
+        return bad, \
             "holds a lone surrogate (a \\ud800-\\udfff escape), which is not UTF-8 text"
     if not data["hidden_tests"]:
         return "hidden_tests", "no hidden tests; the reward is the fraction that pass, so every episode would score 0"
