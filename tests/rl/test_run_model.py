@@ -117,3 +117,24 @@ def test_eval_of_a_demo_run_reuses_its_batch_threads_and_episodes(tmp_path):
     (tmp_path / "run" / "model" / "config.json").write_text("{}")
     got = recorded_defaults(["--model", str(tmp_path / "run")])
     assert (got["gen_batch"], got["cpu_threads"], got["eval_n"]) == (32, 1, 4)
+
+
+def test_a_bad_setting_in_the_run_record_names_the_record(tmp_path, capsys):
+    """`agentrl eval --model RUN` whose agentrl_run.json holds an invalid setting (here null) says which file
+    and key to fix; the message used to be only "RLConfig.thinking: expected true or false, got None"."""
+    import json
+
+    from agentrl.cli.main import main
+    from agentrl.rl.config import RLConfig
+    from agentrl.rl.run_record import run_record, write_run_record
+
+    path = write_run_record(tmp_path / "run" / "model", run_record(RLConfig.from_preset("quick"), 10))
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
+    record = json.loads(path.read_text())
+    assert "thinking" in record["settings"]
+    record["settings"]["thinking"] = None
+    path.write_text(json.dumps(record))
+    assert main(["eval", "--model", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "RLConfig.thinking" in err and str(path) in err and "--thinking" in err, err
+    assert "Traceback" not in err

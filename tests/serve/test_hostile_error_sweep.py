@@ -107,3 +107,53 @@ def test_wrongly_typed_stream_and_model_fields_are_a_400(served, extra, named):
     conn.close()
     assert r.status == 400 and named in json.loads(data)["error"]["message"], (r.status, data[:300])
     assert len(data) < 1000
+
+
+_HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("temperature", -1, "'temperature' must be a number in [0, 2]"),
+    ("temperature", "hot", "'temperature' must be a number in [0, 2], got str"),
+    ("temperature", True, "got bool"),
+    ("top_p", 7, "'top_p' must be a number in [0, 1]"),
+    ("top_k", 2.5, "'top_k' must be an integer >= -1"),
+    ("presence_penalty", 3.0, "[-2, 2]"),
+    ("repetition_penalty", 0, "a positive number"),
+    ("n", 3, "'n' must be 1 (the server samples one choice per request)"),
+    ("seed", 1 << 70, "a 64-bit integer"),
+    ("stop", 5, "'stop' must be a string or a list of strings"),
+    ("stop", ["a", 1], "'stop' must be a string or a list of strings"),
+    ("logit_bias", {"abc": 1}, "token ids to numbers in [-100, 100]"),
+    ("logit_bias", {"12": 500}, "token ids to numbers in [-100, 100]"),
+])
+def test_sampling_fields_of_the_wrong_type_or_range_are_a_400(field, value, says):
+    """A client's sampling field outside what OpenAI's API takes is refused, naming it (it used to pass and be
+    replaced by the trainer's settings without a word); valid values are still recorded as overridden."""
+    from agentrl.serve.policy.chat_format import RequestError, parse_request
+
+    with pytest.raises(RequestError) as e:
+        parse_request({"messages": _HI, field: value})
+    assert e.value.status == 400 and says in str(e.value.body()["error"]["message"])
+
+
+def test_valid_sampling_fields_are_recorded_as_overridden():
+    from agentrl.serve.policy.chat_format import parse_request
+
+    req = parse_request({"messages": _HI, "temperature": 0.2, "top_p": 0.9, "top_k": 40, "n": 1, "seed": 7,
+                         "stop": ["\n\n"], "logit_bias": {"42": -100}, "frequency_penalty": None})
+    assert req.overridden == {"temperature": 0.2, "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["\n\n"],
+                              "logit_bias": {"42": -100}}
+    assert parse_request({"messages": _HI, "temperature": 1, "stop": "END"}).overridden == {"stop": "END"}
+
+
+def test_a_bad_sampling_field_through_the_server_is_a_400(served):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({"messages": _HI, "temperature": "hot"}),
+                 headers={"Authorization": "Bearer sampling", "Content-Type": "application/json"})
+    r = conn.getresponse()
+    body = json.loads(r.read())
+    conn.close()
+    assert r.status == 400 and "'temperature' must be" in body["error"]["message"], (r.status, body)

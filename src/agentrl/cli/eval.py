@@ -8,6 +8,7 @@ one or several --models (agentrl.serve.env.eval); otherwise the trainer's evalua
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +111,40 @@ def reused_settings_line(args: argparse.Namespace) -> str | None:
     return line + (f" (given on the command line: {', '.join(changed)})" if changed else "")
 
 
+def recorded_setting_error(message: str, args: argparse.Namespace) -> str:
+    """`message` (a config error such as "RLConfig.thinking: expected true or false, got None") with the run
+    record named when the setting it is about came from there (not given on the command line), so the user
+    knows which file to fix; `message` itself otherwise."""
+    from agentrl.rl.run_record import read_run_record
+
+    path = getattr(args, "run_record_path", None)
+    m = re.match(r"\w+\.(\w+)\b", message)
+    if not path or not m:
+        return message
+    found = read_run_record(Path(path).parent)
+    settings = found[0]["settings"] if found else {}
+    name = m.group(1)
+    if name not in settings or getattr(args, name, object()) != settings[name]:
+        return message
+    return (f"{message} (the value of '{name}' in the run record {path}; fix it there or give "
+            f"--{name.replace('_', '-')})")
+
+
 def main(args: argparse.Namespace) -> int:
-    """CLI entry of `agentrl eval` (module docstring)."""
+    """CLI entry of `agentrl eval` (module docstring).
+
+    Raises:
+        ValueError: a setting is invalid; one taken from the model's run record names that file.
+    """
     from agentrl.cli.flags import config_from_args
     from agentrl.scale.context import launched_by_torchrun
 
     if line := reused_settings_line(args):
         print(line, flush=True)
-    cfg = config_from_args(args).replace_flat(steps=0)
+    try:
+        cfg = config_from_args(args).replace_flat(steps=0)
+    except ValueError as e:
+        raise ValueError(recorded_setting_error(str(e), args)) from None
     from agentrl.cli.train import ignored_settings_lines
 
     for line in ignored_settings_lines(cfg, "eval"):

@@ -200,12 +200,52 @@ def _model_name(body: dict[str, Any]) -> str:
     return name
 
 
+# The sampling fields' types and ranges as OpenAI's API documents them (top_k, min_p, repetition_penalty as vLLM's
+# server takes them): name -> (integer only, low, high, what the error says), bounds inclusive. A valid value is
+# recorded as overridden (the trainer samples with its own settings); an invalid one is a 400, as those servers
+# answer, instead of passing silently.
+SAMPLING_FIELDS: dict[str, tuple[bool, float, float, str]] = {
+    "temperature": (False, 0.0, 2.0, "a number in [0, 2]"), "top_p": (False, 0.0, 1.0, "a number in [0, 1]"),
+    "top_k": (True, -1, 1 << 31, "an integer >= -1"), "min_p": (False, 0.0, 1.0, "a number in [0, 1]"),
+    "presence_penalty": (False, -2.0, 2.0, "a number in [-2, 2]"),
+    "frequency_penalty": (False, -2.0, 2.0, "a number in [-2, 2]"),
+    "repetition_penalty": (False, 1e-9, 1e9, "a positive number"),
+    "n": (True, 1, 1, "1 (the server samples one choice per request)"),
+    "seed": (True, -(1 << 63), (1 << 64) - 1, "a 64-bit integer")}
+
+
+def _check_sampling(body: dict[str, Any]) -> None:
+    """Raise RequestError(400) for a sampling field (SAMPLING_FIELDS; null: absent) of the wrong type or out of
+    its range, a `stop` that is not a string or a list of strings, or a `logit_bias` that is not an
+    object of token ids to numbers in [-100, 100]. `n` must be 1: each request is one recorded call with one
+    choice, so n > 1 would silently return fewer choices than asked for."""
+    for name, (integer, low, high, want) in SAMPLING_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        ok_type = not isinstance(value, bool) and (isinstance(value, int) or (
+            not integer and isinstance(value, float) and math.isfinite(value)))
+        if not ok_type or not low <= value <= high:
+            raise RequestError(400, f"'{name}' must be {want}, got {type(value).__name__} {repr(value)[:40]}")
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (
+            isinstance(stop, list) and all(isinstance(x, str) for x in stop))):
+        raise RequestError(400, f"'stop' must be a string or a list of strings, got {repr(stop)[:60]}")
+    bias = body.get("logit_bias")
+    if bias is not None and not (isinstance(bias, dict) and all(
+            isinstance(k, str) and k.lstrip("-").isdigit() and not isinstance(v, bool) and isinstance(v, (int, float))
+            and -100 <= v <= 100 for k, v in bias.items())):
+        raise RequestError(400, "'logit_bias' must be an object of token ids to numbers in [-100, 100]")
+
+
 def parse_request(body: Any) -> ChatRequest:
     """A decoded JSON body -> ChatRequest. Raises RequestError(400) with the reason: besides the messages,
     tools and max_tokens checks, `stream` and `stream_options.include_usage` not booleans, `stream_options`
-    not an object, `model` not a string (or longer than MAX_MODEL_NAME_CHARS)."""
+    not an object, `model` not a string (or longer than MAX_MODEL_NAME_CHARS), a sampling field of the wrong
+    type or range (_check_sampling)."""
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
+    _check_sampling(body)
     overridden = {k: body[k] for k, neutral in NEUTRAL.items() if k in body and body[k] != neutral
                   and body[k] is not None}
     opts = body.get("stream_options")
