@@ -132,7 +132,11 @@ def test_a_websocket_frame_that_is_not_a_json_object_is_an_error_frame_and_the_s
     task = served.catalog.splits["heldout"][0]
     frames = [("[1]", "got an array"), ('"x"', "got a string"), ("null", "got null"), ("5", "got a number"),
               ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-              ('{"type": "reset", "data": {"seed": ' + "9" * 5000 + "}}", "more than 4300 digits")]
+              ('{"type": "reset", "data": {"seed": ' + "9" * 5000 + "}}", "more than 4300 digits"),
+              # a lone surrogate outside `data`: OpenEnv's error echo could not be written and the session closed
+              ('{"type": "state", "x": "\\udcff"}', "'x' holds a lone surrogate"),
+              ('{"type": "st\\udcffate"}', "'type' holds a lone surrogate"),
+              ('{"type": "step", "data": {"calls": []}, "k\\ud800": 1}', "holds a lone surrogate")]
     with _ws(url) as ws:
         assert _send(ws, {"type": "reset", "data": {"task_id": task.id}})["type"] == "observation"
         before = _state(ws)

@@ -206,7 +206,8 @@ class DrainGate:
 
 class FrameGate:
     """ASGI middleware: a WebSocket text frame that is not a JSON object (a list, a string, a number, JSON
-    nested past the recursion limit, an integer of too many digits) gets one error frame (OpenEnv's shape,
+    nested past the recursion limit, an integer of too many digits), or a lone surrogate outside its `data`,
+    gets one error frame (OpenEnv's shape,
     code INVALID_JSON) and the session goes on. OpenEnv's loop called `.get` on it, or json.loads raised
     RecursionError, outside its error handling: an "'list' object has no attribute 'get'" frame and the
     session closed. Text that is not JSON at all passes through (OpenEnv answers it and goes on)."""
@@ -245,7 +246,7 @@ def _frame_error(text: str) -> str:
     """Why a WebSocket text frame is refused before OpenEnv sees it ("" if it passes; see FrameGate)."""
     import json
 
-    from agentrl.preflight import loads_json
+    from agentrl.preflight import loads_json, lone_surrogate_path
 
     try:
         data = loads_json(text, "the message")
@@ -254,7 +255,14 @@ def _frame_error(text: str) -> str:
     except ValueError as e:
         return str(e)[:500]
     kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
-    return "" if isinstance(data, dict) else f"a message is a JSON object with a 'type', got {kind}"
+    if not isinstance(data, dict):
+        return f"a message is a JSON object with a 'type', got {kind}"
+    # outside `data` (whose strings the action and parameter checks read as U+FFFD or refuse by name), a lone
+    # surrogate reached OpenEnv's error echo, which could not be written as JSON: the session closed
+    where = lone_surrogate_path({k: v for k, v in data.items() if k != "data"})
+    if where is not None:
+        return f"'{where or '(a key)'}' holds a lone surrogate (a \\ud800-\\udfff escape), which is not UTF-8 text"
+    return ""
 
 
 class ParamGate:
