@@ -75,3 +75,39 @@ def test_words(tmp_path):
     assert word_split("crane") in ("train", "heldout")
     with pytest.raises(FileNotFoundError, match="wamerican"):
         load_words(tmp_path / "none")
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"code": 5}, "code is int; expected a string"),
+    ({"code": "def f(:"}, "code is not valid Python"),
+    ({"task_id": "abc"}, "task_id 'abc' is not an integer"),
+    ({"task_id": None}, "task_id None is not an integer"),
+    ({"test_list": "assert f(1) == 1"}, "test_list is str"),
+    ({"test_list": [1]}, "test_list is list"),
+    ({"test_list": ["assert f(("]}, "a test is not valid Python"),
+    ({"test_imports": [1]}, "test_imports is list"),
+    ({"prompt": 5}, "prompt is int"),
+])
+def test_mbpp_records_of_the_wrong_shape_are_named_value_errors(tmp_path, change, why):
+    """A record with a field of the wrong type (code 5, task_id null, test_list a string, ...) raised a bare
+    TypeError, AttributeError or SyntaxError (a traceback from `env check mbpp --data`); each is now a
+    ValueError naming the file, the record's index and the field."""
+    good = {"task_id": 601, "prompt": "p", "code": "def f(x):\n    return x", "test_list": ["assert f(1) == 1"]}
+    assert [t.id for t in load_mbpp(_write(tmp_path, [good]))] == ["mbpp-601"]
+    with pytest.raises(ValueError, match=rf"bad.json: record 1: .*{why}"):
+        load_mbpp(_write(tmp_path, [good, {**good, **change}]))
+
+
+def test_mbpp_records_not_objects_and_repeated_ids_are_named(tmp_path):
+    good = {"task_id": 601, "prompt": "p", "code": "def f(x):\n    return x", "test_list": ["assert f(1) == 1"]}
+    for rec in ([1, 2], "x", None):
+        with pytest.raises(ValueError, match="record 0: MBPP record is .*; expected a JSON object"):
+            load_mbpp(_write(tmp_path, [rec]))
+    with pytest.raises(ValueError, match="task_id 601 appears more than once"):
+        load_mbpp(_write(tmp_path, [good, good]))
+
+
+def _write(tmp_path, records):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records))
+    return path

@@ -79,12 +79,12 @@ def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_sho
     others are scored (all of them with `reward_includes_shown`; see `split_shown_tests`).
 
     Raises:
-        ValueError: a required field is missing.
+        ValueError: not a JSON object, a required field missing or of the wrong type (task_id an integer;
+            prompt and code strings; test_list and test_imports lists of strings), or code or a test that is
+            not valid Python.
     """
-    missing = [f for f in REQUIRED_FIELDS if f not in rec]
-    if missing:
-        raise ValueError(f"MBPP record {rec.get('task_id', '?')} lacks fields {missing}; expected {REQUIRED_FIELDS}")
-    tid, tests = int(rec["task_id"]), [t.strip() for t in rec["test_list"]]
+    check_record(rec)
+    tid, tests = rec["task_id"], [t.strip() for t in rec["test_list"]]
     public, hidden, shown_meta = split_shown_tests(tests, show_tests, reward_includes_shown)
     return Task(
         id=f"mbpp-{tid}", family="mbpp", split=our_split(tid), files={}, entry=entry_name(rec["code"], tests),
@@ -92,6 +92,39 @@ def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_sho
         reference=rec["code"], test_setup="\n".join(rec.get("test_imports") or []),
         meta={"task_id": tid, "mbpp_split": mbpp_split(tid), "prompt_text": rec["prompt"], **shown_meta},
     )
+
+
+def check_record(rec: Any) -> None:
+    """Check that `rec` has the shape of a sanitized-MBPP record, so a malformed data file fails with what is
+    wrong instead of a TypeError deep in the loader.
+
+    Raises:
+        ValueError: not a JSON object; a required field missing; task_id not an integer; prompt or code not
+            a string; test_list not a list of strings; test_imports (optional) not a list of strings; code
+            or a test not valid Python.
+    """
+    if not isinstance(rec, dict):
+        raise ValueError(f"MBPP record is {type(rec).__name__} {str(rec)[:80]}; expected a JSON object with "
+                         f"{REQUIRED_FIELDS}")
+    name = rec.get("task_id", "?")
+    missing = [f for f in REQUIRED_FIELDS if f not in rec]
+    if missing:
+        raise ValueError(f"MBPP record {name!r} lacks fields {missing}; expected {REQUIRED_FIELDS}")
+    if isinstance(name, bool) or not isinstance(name, int):
+        raise ValueError(f"MBPP record task_id {name!r} is not an integer")
+    for field in ("prompt", "code"):
+        if not isinstance(rec[field], str):
+            raise ValueError(f"MBPP record {name}: {field} is {type(rec[field]).__name__}; expected a string")
+    for field in ("test_list", "test_imports"):
+        value = rec.get(field) or []
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise ValueError(f"MBPP record {name}: {field} is {type(value).__name__} {str(value)[:80]}; "
+                             "expected a list of strings")
+    for what, source in (("code", rec["code"]), *(("a test", t) for t in rec["test_list"])):
+        try:
+            _parse(source)
+        except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
+            raise ValueError(f"MBPP record {name}: {what} is not valid Python ({e})") from None
 
 
 def _records_from_hf() -> list[dict[str, Any]]:
@@ -116,7 +149,8 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
 
     Raises:
         FileNotFoundError: no local file and no usable `datasets`.
-        ValueError: the file is a directory, not UTF-8, or not a JSON list of MBPP records, or `split` is unknown.
+        ValueError: the file is a directory, not UTF-8, or not a JSON list of MBPP records (a record of the
+            wrong shape is named by its index: check_record), task ids repeat, or `split` is unknown.
     """
     if split not in (None, "train", "test"):
         raise ValueError(f"MBPP split must be 'train', 'test' or None, got {split!r}")
@@ -129,6 +163,7 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
             records = _records_from_hf()
         except ImportError:
             raise FileNotFoundError(f"no local {DEFAULT_PATH} and `datasets` is not installed") from None
+        tasks = [record_to_task(r, show_tests, reward_includes_shown) for r in records]
     else:
         check_input_file(p, "MBPP data file", "a JSON list of MBPP records")
         try:
@@ -139,8 +174,17 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
             raise ValueError(f"{p}: not UTF-8 text at byte {e.start}; expected a JSON list of MBPP records") from None
         if not isinstance(records, list):
             raise ValueError(f"{p}: expected a JSON list of MBPP records, got {type(records).__name__}")
-    tasks = sorted((record_to_task(r, show_tests, reward_includes_shown) for r in records),
-                   key=lambda t: t.meta["task_id"])
+        tasks = []
+        for i, rec in enumerate(records):
+            try:
+                tasks.append(record_to_task(rec, show_tests, reward_includes_shown))
+            except ValueError as e:
+                raise ValueError(f"{p}: record {i}: {e}") from None
+        ids = [t.id for t in tasks]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"{p}: task_id {dup.removeprefix('mbpp-')} appears more than once; expected unique ids")
+    tasks = sorted(tasks, key=lambda t: t.meta["task_id"])
     return [t for t in tasks if split is None or t.split == split]
 
 
