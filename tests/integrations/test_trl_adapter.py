@@ -138,3 +138,23 @@ def test_a_schema_trl_cannot_express_is_refused():
     with pytest.raises(ValueError, match="TRL would render"):
         trl_env_class(Nested)
     assert issubclass(trl_env_class(WordleEnv), AgentrlTRLEnv)
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("hidden_tests", "assert f()", "'hidden_tests' is str .*expected a list of strings"),
+    ("public_tests", [1], "'public_tests' is list .*expected a list of strings"),
+    ("edit_ops", [1], "'edit_ops' is list .*expected a list of objects"),
+    ("meta", "abc", "'meta' is str .*expected an object"),
+    ("meta", [1], "'meta' is list .*expected an object"),
+    ("files", {"a.py": 5}, "'files' is dict .*expected an object of file names to strings"),
+    ("id", 5, "'id' is int"),
+])
+def test_task_rows_with_fields_of_the_wrong_type_are_named_value_errors(field, value, why):
+    """A row whose task had edit_ops [1] or meta [1] raised a bare TypeError from reset (and meta "abc" a
+    ValueError about 'dictionary update sequence'); hidden_tests "abc" became the three tests 'a', 'b', 'c'.
+    Each is now a ValueError naming the field and what it should be."""
+    _, ds = _wordle_rows(1)
+    cls, row = make_trl_env_class("wordle"), dict(ds[0])
+    row["task"] = json.dumps({**json.loads(row["task"]), field: value})
+    with pytest.raises(ValueError, match=f"dataset row 'task' field {why}"):
+        cls().reset(**row)

@@ -113,7 +113,9 @@ def _decode_task(raw: Any) -> Task:
     included, so the task-file schema of agentrl.tasks.jsonl is not applied here).
 
     Raises:
-        ValueError: not a JSON object with the Task fields.
+        ValueError: not a JSON object with the Task fields, or a field of the wrong type (id, family, split,
+            entry, source_file, reference, test_setup strings; files an object of strings; public_tests and
+            hidden_tests lists of strings; edit_ops a list of {name, old, new} string objects; meta an object).
     """
     from agentrl.tasks.task import EditOp
 
@@ -122,15 +124,36 @@ def _decode_task(raw: Any) -> Task:
     except json.JSONDecodeError as e:
         raise ValueError(f"dataset row 'task' is not JSON: {e}") from None
     missing = [k for k in _TASK_KEYS if not isinstance(d, dict) or k not in d]
-    if missing or not isinstance(d["id"], str) or not isinstance(d["files"], dict):
-        raise ValueError(f"dataset row 'task' is not a task (missing or bad: {missing or ['id/files']})")
-    return Task(id=d["id"], family=str(d["family"]), split=str(d["split"]), files=dict(d["files"]),
-                entry=str(d["entry"]), source_file=str(d["source_file"]), public_tests=tuple(d["public_tests"]),
-                hidden_tests=tuple(d["hidden_tests"]), reference=str(d["reference"]),
-                test_setup=str(d.get("test_setup", "")),
+    if missing:
+        raise ValueError(f"dataset row 'task' is not a task (missing or bad: {missing})")
+    d = {"test_setup": "", "edit_ops": [], "meta": {}, **d}
+    if d["meta"] is None:
+        d["meta"] = {}
+
+    def strings(v: Any) -> bool:
+        return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+
+    checks = {
+        **{k: (lambda v: isinstance(v, str), "a string")
+           for k in ("id", "family", "split", "entry", "source_file", "reference", "test_setup")},
+        "files": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in (*v, *v.values())),
+                  "an object of file names to strings"),
+        "public_tests": (strings, "a list of strings"), "hidden_tests": (strings, "a list of strings"),
+        "edit_ops": (lambda v: isinstance(v, (list, tuple)) and all(
+            isinstance(o, dict) and all(isinstance(o.get(k), str) for k in ("name", "old", "new")) for o in v),
+            "a list of objects with string name, old and new"),
+        "meta": (lambda v: isinstance(v, dict), "an object"),
+    }
+    for key, (ok, expected) in checks.items():
+        if not ok(d[key]):
+            raise ValueError(f"dataset row 'task' field {key!r} is {type(d[key]).__name__} {str(d[key])[:60]}; "
+                             f"expected {expected}")
+    return Task(id=d["id"], family=d["family"], split=d["split"], files=dict(d["files"]),
+                entry=d["entry"], source_file=d["source_file"], public_tests=tuple(d["public_tests"]),
+                hidden_tests=tuple(d["hidden_tests"]), reference=d["reference"], test_setup=d["test_setup"],
                 edit_ops=tuple(EditOp(o["name"], o["old"], o["new"], bool(o.get("correct", False)))
-                               for o in d.get("edit_ops", [])),
-                meta=dict(d.get("meta") or {}))
+                               for o in d["edit_ops"]),
+                meta=dict(d["meta"]))
 
 
 def _row_task(row: dict[str, Any], full: bool) -> Task:
