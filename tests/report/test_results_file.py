@@ -77,6 +77,9 @@ def test_resume_of_a_file_without_its_before_evaluation_is_refused(tmp_path):
     (lambda d: d["evaluations"][0]["pass_at_1"].update(lo=None, hi=None), "undefined"),
     (lambda d: d["evaluations"][0]["pass_at_1"].update(undefined="one task"), "undefined='one task'"),
     (lambda d: d.update(status="weird"), "status"),
+    (lambda d: d["steps"][0].update(reward_mean=10**400), "steps/0/reward_mean: an integer too large for a floating"),
+    (lambda d: d.update(wall_clock_s=-10**400), "at wall_clock_s: an integer too large"),
+    (lambda d: d["evaluations"][0]["pass_at_1"].update(mean=10**400), "evaluations/0/pass_at_1/mean: an integer"),
 ])
 def test_validation_names_the_problem(tmp_path, mutate, match):
     build_synthetic(tmp_path / "r.json")
@@ -85,6 +88,20 @@ def test_validation_names_the_problem(tmp_path, mutate, match):
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=match):
         validate_results(tmp_path / "bad.json")
+
+
+def test_report_of_a_file_with_an_integer_beyond_float_range_is_a_one_line_error(tmp_path, capsys):
+    """`agentrl report` raised OverflowError ('int too large to convert to float') or numpy's isfinite TypeError
+    on a results file holding a 400-digit integer where a number goes; it is now a one-line error naming it."""
+    from agentrl.cli import main
+
+    build_synthetic(tmp_path / "results.json")
+    data = json.loads((tmp_path / "results.json").read_text())
+    data["steps"][0]["loss"] = 10**400
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert main(["report", "--html", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "steps/0/loss: an integer too large" in err and "Traceback" not in err and err.count("\n") == 1
 
 
 def test_missing_and_malformed_files(tmp_path):

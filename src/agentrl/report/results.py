@@ -274,8 +274,8 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     interval need not contain the point estimate, e.g. with few resamples, so that is not required.)
 
     Raises:
-        FileNotFoundError: no such file; ValueError: not JSON, a string that is not UTF-8 text, or invalid
-            (names the file and the JSON path).
+        FileNotFoundError: no such file; ValueError: not JSON, a string that is not UTF-8 text, an integer
+            beyond the range of a float, or invalid (names the file and the JSON path).
     """
     import jsonschema
 
@@ -296,18 +296,41 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     if bad is not None:
         raise ValueError(f"{path}: invalid results at {bad[:200] or '(top level)'}: a lone surrogate (an unpaired "
                          "\\ud800-\\udfff escape), which is not UTF-8 text")
+    huge = _huge_number_path(data)  # `report` raised OverflowError (plots, summary) on `"wall_clock_s": 1e400` as an int
+    if huge is not None:
+        raise ValueError(f"{path}: invalid results at {huge[:200] or '(top level)'}: an integer too large for a "
+                         "floating-point number")
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(data))
     if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ValueError(f"{path}: invalid results at {where}: {err.message}")
+        raise ValueError(f"{path}: invalid results at {where}: {err.message[:300]}")
     _check_invariants(path, data)
     return data
 
 
+def _huge_number_path(value: Any, where: str = "") -> str | None:
+    """The JSON path (`steps/0/loss`, "" for `value` itself) of the first integer in `value` beyond the range of a
+    float (JSON allows any number of digits; every reader of a results file computes in floats), or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            return where
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _huge_number_path(item, f"{where}/{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def _check_invariants(path: Path, data: dict[str, Any]) -> None:
     steps = [s["step"] for s in data["steps"]]
-    if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-        raise ValueError(f"{path}: steps must strictly increase, got {steps}")
+    bad = next((i for i, (a, b) in enumerate(zip(steps, steps[1:], strict=False)) if b <= a), None)
+    if bad is not None:
+        raise ValueError(f"{path}: steps must strictly increase, got step {steps[bad + 1]} after {steps[bad]} "
+                         f"(steps/{bad + 1})")
     intervals = [(f"evaluations/{i}/pass_at_1", e["pass_at_1"]) for i, e in enumerate(data["evaluations"])]
     intervals += [(f"paired/{i}/diff", p["diff"]) for i, p in enumerate(data["paired"])]
     for where, iv in intervals:
