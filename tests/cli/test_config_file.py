@@ -142,3 +142,14 @@ def test_a_text_value_its_flag_refuses_in_a_file_is_blamed_on_the_file_not_the_f
         main(["eval", "--model", str(model), "--print-config"])
     err = capsys.readouterr().err
     assert "setting 'eval_n' from the --config file or the model's run record (agentrl_run.json)" in err, err
+
+
+@pytest.mark.parametrize("text", ["preset: [quick]\n", "preset: 5\n", "preset: {a: 1}\n", "preset: true\n",
+                                  "sampling: {temperature: 0.5}\npreset: [demo]\n"])
+def test_a_preset_that_is_not_a_name_is_one_line(text, tmp_path, capsys):
+    """`preset: [quick]` (or 5, a mapping, true) in a --config file raised AttributeError ('list' object has no
+    attribute 'startswith') from the preset lookup; it is now a one-line error naming the file and key."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    line = _error(capsys, ["train", "--config", str(path), "--print-config"])
+    assert line.startswith(f"agentrl train: error: --config {path}: preset: expected a preset name (a string)")

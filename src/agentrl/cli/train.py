@@ -60,10 +60,18 @@ def preset_defaults(argv: list[str], file_keys: Iterable[str] = ()) -> dict[str,
 
 def train_defaults(argv: list[str]) -> dict[str, Any]:
     """The defaults of `agentrl train ARGV`: the preset's (preset_defaults; a `preset:` key of the --config
-    file counts as `--preset`), then the --config file's values on top; flags given override both."""
-    from agentrl.cli.config_file import config_file_defaults
+    file counts as `--preset`), then the --config file's values on top; flags given override both.
+
+    Raises:
+        ValueError: the --config file is unreadable or invalid (config_file_defaults), or its `preset` is not a
+            string.
+    """
+    from agentrl.cli.config_file import config_file_defaults, config_path
 
     file = config_file_defaults(argv)
+    if not isinstance(file.get("preset", ""), str):  # `preset: [quick]` raised AttributeError on argv's list
+        raise ValueError(f"--config {config_path(argv)}: preset: expected a preset name (a string), got "
+                         f"{str(file['preset'])[:80]}")
     if file.get("preset") and not any(a == "--preset" or a.startswith("--preset=") for a in argv):
         argv = [*argv, "--preset", file["preset"]]
     return {**preset_defaults(argv, file_keys=file), **file}
