@@ -6,6 +6,7 @@ import torch
 
 from agentrl.rl.checkpoint import (
     CorruptCheckpointError,
+    check_checkpoint_root,
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
@@ -147,3 +148,25 @@ def test_kill_during_checkpointing_leaves_a_loadable_latest(tmp_path):
     meta = load_checkpoint(latest, model)
     assert meta["step"] >= 1
     assert all(torch.all(p == float(meta["step"])) for p in model.parameters())
+
+
+def test_a_file_where_checkpoints_go_is_a_named_value_error(tiny_qwen3, tmp_path):
+    """A file named `checkpoints` (or `step_000002` in it) made save_checkpoint raise a bare FileExistsError
+    or NotADirectoryError (shutil.rmtree) after the step's work; both are now ValueErrors naming the file, and
+    check_checkpoint_root finds them before a run starts. The file itself is left alone."""
+    model = tiny_qwen3(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters())
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="file is a file; expected a checkpoints directory"):
+        save_checkpoint(tmp_path / "file", 1, model, opt)
+    with pytest.raises(ValueError, match="'.*file' is a file; expected a directory"):
+        check_checkpoint_root(tmp_path / "file")
+    root = tmp_path / "ck"
+    save_checkpoint(root, 1, model, opt)
+    (root / "step_000002").write_text("x")
+    with pytest.raises(ValueError, match="step_000002 is a file; expected a checkpoint directory"):
+        save_checkpoint(root, 2, model, opt)
+    with pytest.raises(ValueError, match="step_000002' is a file; expected a checkpoint directory"):
+        check_checkpoint_root(root)
+    assert (root / "step_000002").read_text() == "x" and latest_checkpoint(root) == root / "step_000001"
+    check_checkpoint_root(tmp_path / "missing")  # a run makes it

@@ -143,6 +143,29 @@ def test_resume_without_the_results_file_is_refused_before_any_work(tmp_path, ca
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["checkpoints"]  # nothing written
 
 
+def test_a_file_in_place_of_a_checkpoint_is_refused_before_any_work(tmp_path, capsys, tiny_qwen3):
+    """`<out>/checkpoints/step_000002` a file: --resume from step_000001 trained, then failed saving with a
+    NotADirectoryError traceback and rewrote results.json without the steps after 1 and the 'after'
+    evaluation; `<out>/checkpoints` a file: a fresh run with --checkpoint-every failed after its first step.
+    Both are now refused by name before anything is written."""
+    from agentrl.rl.checkpoint import save_checkpoint
+
+    model = tiny_qwen3(dtype=torch.float32)
+    save_checkpoint(tmp_path / "r" / "checkpoints", 1, model, torch.optim.AdamW(model.parameters()))
+    (tmp_path / "r" / "checkpoints" / "step_000002").write_text("x")
+    (tmp_path / "r" / "results.json").write_text("{}")
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert main(["train", "--env", "edit-menu", "--resume", "--steps", "3", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "step_000002' is a file; expected a checkpoint directory" in err and err.count("\n") == 1, err
+    assert (tmp_path / "r" / "results.json").read_text() == "{}"
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "checkpoints").write_text("x")
+    assert main(["train", "--env", "edit-menu", "--checkpoint-every", "1", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoints' is a file; expected a directory" in err and err.count("\n") == 1, err
+
+
 @pytest.mark.slow
 def test_eval_command_writes_an_evaluation(tmp_path):
     out = tmp_path / "ev"

@@ -89,11 +89,14 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
             environment, tasks and settings `agentrl eval --model <checkpoint>` reuses).
 
     Raises:
-        ValueError: negative step; TypeError: `extra` not JSON-serialisable.
+        ValueError: negative step; `root` or the step's directory is a file (check_checkpoint_root checks
+            it before a run); TypeError: `extra` not JSON-serialisable.
     """
     if step < 0:
         raise ValueError(f"save_checkpoint: step must be >= 0, got {step}")
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"save_checkpoint: {root} is a file; expected a checkpoints directory (move the file aside)")
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}-{uuid.uuid4().hex[:8]}"
@@ -113,6 +116,9 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimi
         for f in sorted(tmp.rglob("*")):
             fsync_path(f)
         fsync_path(tmp)
+        if final.exists() and not final.is_dir():
+            raise ValueError(f"save_checkpoint: {final} is a file; expected a checkpoint directory (move the file "
+                             "aside)")
         if final.exists():  # re-saving the same step: move the old one aside first
             shutil.rmtree(final)
         os.rename(tmp, final)
@@ -131,6 +137,23 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
     found = [(int(m.group(1)), p) for p in root.iterdir()
              if (m := _STEP_DIR.match(p.name)) and (p / "meta.json").is_file()]
     return max(found)[1] if found else None
+
+
+def check_checkpoint_root(root: str | os.PathLike) -> None:
+    """Check that `root` can hold checkpoints before a run spends any work: missing, or a directory whose
+    step_N entries are directories (save_checkpoint would fail on a file there, after the step it saves).
+
+    Raises:
+        ValueError: `root`, or an entry named step_N in it, is there but not a directory (names it).
+    """
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"checkpoints folder {str(root)!r} is a file; expected a directory (move the file aside)")
+    if root.is_dir():
+        for p in sorted(root.iterdir()):
+            if _STEP_DIR.match(p.name) and not p.is_dir():
+                raise ValueError(f"checkpoint {str(p)!r} is a file; expected a checkpoint directory (move the file "
+                                 "aside)")
 
 
 def remove_partial_checkpoints(root: str | os.PathLike) -> list[Path]:

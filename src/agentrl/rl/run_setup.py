@@ -21,7 +21,7 @@ from agentrl.envs.registry import check_env_runs, own_task_source
 from agentrl.models.device import resolve_device, resolve_dtype
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
-from agentrl.rl.checkpoint import latest_checkpoint
+from agentrl.rl.checkpoint import check_checkpoint_root, latest_checkpoint
 from agentrl.rl.config import PRESETS, RLConfig
 from agentrl.rl.sections import TasksSection
 from agentrl.rl.warm_start import check_warm_start
@@ -171,6 +171,8 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
     if cfg.run.steps and not tasks.train:
         raise ValueError(f"task source {cfg.tasks.source!r} has no training tasks; use `agentrl eval` for it")
     check_env_fits_tasks(cfg.env.name, tasks)
+    if cfg.run.resume or (cfg.run.checkpoint_every and not (out / "results.json").exists()):  # a folder that stays
+        check_checkpoint_root(out / "checkpoints")
     if cfg.run.resume and latest_checkpoint(out / "checkpoints") is None:
         raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
                          "them with --checkpoint-every N); leave out --resume to start a new run there")
