@@ -137,6 +137,7 @@ def test_resume_without_the_results_file_is_refused_before_any_work(tmp_path, ca
 
     model = tiny_qwen3(dtype=torch.float32)
     save_checkpoint(tmp_path / "r" / "checkpoints", 2, model, torch.optim.AdamW(model.parameters()))
+    capsys.readouterr()  # save_pretrained's progress bar (transformers' own, on when run alone)
     assert main(["train", "--env", "edit-menu", "--resume", "--steps", "3", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "--resume:" in err and "results.json is missing" in err and err.count("\n") == 1, err
