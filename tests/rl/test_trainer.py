@@ -167,6 +167,21 @@ def test_a_file_in_place_of_a_checkpoint_is_refused_before_any_work(tmp_path, ca
     assert "checkpoints' is a file; expected a directory" in err and err.count("\n") == 1, err
 
 
+def test_resume_with_fewer_steps_than_the_checkpoint_has_is_refused(tmp_path, capsys, tiny_qwen3):
+    """--resume --steps 1 from step_000002 ran no step ("training steps: 2/1 (200%)"), then rewrote results.json
+    with config steps 1 over two recorded steps and the step-2 model evaluated as 'after'; now refused."""
+    from agentrl.rl.checkpoint import save_checkpoint
+
+    model = tiny_qwen3(dtype=torch.float32)
+    save_checkpoint(tmp_path / "r" / "checkpoints", 2, model, torch.optim.AdamW(model.parameters()))
+    (tmp_path / "r" / "results.json").write_text("{}")
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert main(["train", "--env", "edit-menu", "--resume", "--steps", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "has 2 completed steps, more than --steps 1; pass --steps 2 or more" in err and err.count("\n") == 1
+    assert (tmp_path / "r" / "results.json").read_text() == "{}"
+
+
 @pytest.mark.slow
 def test_eval_command_writes_an_evaluation(tmp_path):
     out = tmp_path / "ev"

@@ -139,6 +139,18 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
     return max(found)[1] if found else None
 
 
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The completed steps a checkpoint folder's name says (step_000012 -> 12).
+
+    Raises:
+        ValueError: the name is not step_N.
+    """
+    m = _STEP_DIR.match(Path(path).name)
+    if m is None:
+        raise ValueError(f"{path} is not a checkpoint folder (step_NNNNNN)")
+    return int(m.group(1))
+
+
 def check_checkpoint_root(root: str | os.PathLike) -> None:
     """Check that `root` can hold checkpoints before a run spends any work: missing, or a directory whose
     step_N entries are directories (save_checkpoint would fail on a file there, after the step it saves).

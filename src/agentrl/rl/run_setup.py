@@ -21,7 +21,7 @@ from agentrl.envs.registry import check_env_runs, own_task_source
 from agentrl.models.device import resolve_device, resolve_dtype
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
-from agentrl.rl.checkpoint import check_checkpoint_root, latest_checkpoint
+from agentrl.rl.checkpoint import check_checkpoint_root, checkpoint_step, latest_checkpoint
 from agentrl.rl.config import PRESETS, RLConfig
 from agentrl.rl.sections import TasksSection
 from agentrl.rl.warm_start import check_warm_start
@@ -176,6 +176,10 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
     if cfg.run.resume and latest_checkpoint(out / "checkpoints") is None:
         raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'} to continue from (a run saves "
                          "them with --checkpoint-every N); leave out --resume to start a new run there")
+    if cfg.run.resume and (done := checkpoint_step(latest_checkpoint(out / "checkpoints"))) > cfg.run.steps:
+        # it ran no step, recorded the checkpoint's steps under `steps: N` and evaluated a model of more steps
+        raise ValueError(f"--resume: the latest checkpoint in {out / 'checkpoints'} has {done} completed steps, "
+                         f"more than --steps {cfg.run.steps}; pass --steps {done} or more to continue this run")
     if cfg.run.resume and not (out / "results.json").is_file():
         raise ValueError(f"--resume: {out / 'results.json'} is missing; it holds the run's 'before' evaluation and "
                          "config, without which the checkpoint's trained model would be warm-started again and "
