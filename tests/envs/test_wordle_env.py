@@ -79,3 +79,14 @@ def test_expert_solves_with_real_word_list_and_check_env_passes():
               for s in range(10)]
     assert sum(solved) >= 7  # a consistent-guess strategy on ~4.7k words usually solves within six guesses
     assert check_env(env, wordle_task("crane"))["reward"] == 1.0
+
+
+@pytest.mark.parametrize("secret", ["CRANE", "ÄÄÄÄÄ", "cr ne", ["a"] * 5, 12345, None])
+def test_a_secret_no_guess_can_match_is_refused_at_reset(secret):
+    """A task (a TRL row's task JSON, a task file) with meta secret "CRANE" or "ÄÄÄÄÄ" started a game no guess
+    could win (guesses are lowered ascii letters), and 12345 or null raised a TypeError; each is a ValueError."""
+    from dataclasses import replace
+
+    task = replace(wordle_task("crane"), meta={"secret": secret})
+    with pytest.raises(ValueError, match=r"meta\['secret'\] .*expected five lower-case ascii letters"):
+        make_env("wordle").reset(task)

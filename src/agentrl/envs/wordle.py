@@ -16,7 +16,7 @@ from agentrl.envs.experts import call
 from agentrl.envs.registry import EnvSpec
 from agentrl.envs.toolenv import ToolEnv, ToolRejected, ToolSpec, object_schema
 from agentrl.tasks.task import Task
-from agentrl.tasks.words import WORD_LENGTH, wordle_task  # noqa: F401  (re-exported)
+from agentrl.tasks.words import WORD_LENGTH, is_secret, wordle_task  # noqa: F401  (re-exported)
 
 SYSTEM_PROMPT = (
     "You are playing Wordle. Guess the secret five-letter English word with the guess tool. After each "
@@ -70,6 +70,8 @@ class WordleEnv(ToolEnv):
 
     Ends: "solved" and "out_of_guesses" (the game is over: terminated), "final_answer" (a reply
     without a guess; terminated), "out_of_turns" (truncated).
+
+    Raises (reset): ValueError: the task's meta["secret"] is not five lower-case ascii letters.
     """
 
     name = "wordle"
@@ -92,8 +94,9 @@ class WordleEnv(ToolEnv):
 
     def _reset_episode(self, task: Task, seed: int | None) -> tuple[str, str]:
         secret = task.meta.get("secret", "")
-        if len(secret) != WORD_LENGTH:
-            raise ValueError(f"task {task.id!r} has no five-letter meta['secret']")
+        if not is_secret(secret):  # "CRANE" or "ÄÄÄÄÄ" was a game no guess could win; 12345 a TypeError
+            raise ValueError(f"task {task.id!r} has meta['secret'] {str(secret)[:40]!r}; expected five lower-case "
+                             "ascii letters")
         self.secret = secret
         self.guesses = []
         return SYSTEM_PROMPT.format(max_guesses=self.max_guesses), "Guess the secret word."

@@ -41,13 +41,19 @@ def word_split(word: str, heldout_percent: int = 10) -> str:
     return "heldout" if h % 100 < heldout_percent else "train"
 
 
+def is_secret(word: object) -> bool:
+    """Whether `word` can be a Wordle secret: five lower-case ascii letters (what a guess is lowered to)."""
+    return isinstance(word, str) and len(word) == WORD_LENGTH and word.isascii() and word.isalpha() \
+        and word.islower()
+
+
 def wordle_task(secret: str, split: str = "train") -> Task:
     """A Task for one secret word (`meta["secret"]`; the reference solution is the word itself).
 
     Raises:
         ValueError: `secret` is not five lower-case ascii letters.
     """
-    if len(secret) != WORD_LENGTH or not (secret.isascii() and secret.isalpha() and secret.islower()):
+    if not is_secret(secret):
         raise ValueError(f"a Wordle secret must be {WORD_LENGTH} lower-case ascii letters, got {secret!r}")
     return Task(id=f"wordle-{secret}", family="wordle", split=split, files={}, entry="guess", source_file="",
                 public_tests=(), hidden_tests=(), reference=secret, meta={"secret": secret})
