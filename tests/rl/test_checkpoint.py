@@ -170,3 +170,22 @@ def test_a_file_where_checkpoints_go_is_a_named_value_error(tiny_qwen3, tmp_path
         check_checkpoint_root(root)
     assert (root / "step_000002").read_text() == "x" and latest_checkpoint(root) == root / "step_000001"
     check_checkpoint_root(tmp_path / "missing")  # a run makes it
+
+
+def test_weights_of_another_shape_are_a_named_value_error(tiny_qwen3, tmp_path):
+    """A checkpoint whose safetensors hold a tensor of another shape (another model's, a hand-edited file) made
+    --resume end in torch's RuntimeError traceback ('size mismatch ...'); it is now a ValueError naming the
+    folder and the tensor, with the earlier checkpoint to fall back to."""
+    from safetensors.torch import load_file, save_file
+
+    model = tiny_qwen3(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters())
+    save_checkpoint(tmp_path / "ck", 1, model, opt)
+    path = save_checkpoint(tmp_path / "ck", 2, model, opt)
+    [weights] = (path / "model").glob("*.safetensors")
+    state = load_file(str(weights))
+    name = sorted(state)[0]
+    save_file({**state, name: torch.zeros(3, 3)}, str(weights))
+    with pytest.raises(ValueError, match=rf"step_000002/model do not fit the model \(size mismatch for {name}.*"
+                                         r"resume from step_000001"):
+        load_checkpoint(path, tiny_qwen3(dtype=torch.float32), restore_rng=False)

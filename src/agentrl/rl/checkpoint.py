@@ -236,7 +236,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         FileNotFoundError: `path` is not a complete checkpoint (names the missing file).
         CorruptCheckpointError (a ValueError): a file is there but unreadable (names it, and the complete
             checkpoint before this one to resume from instead).
-        ValueError: a format version this code does not read; weights that do not fit the model.
+        ValueError: a format version this code does not read; weights that do not fit the model (names missing,
+            unexpected or differently shaped tensors).
         CorruptCheckpointError: meta.json's step is not an integer >= 0 or differs from the folder's step_N.
     """
     path = Path(path)
@@ -285,7 +286,12 @@ def _load_model_weights(model: nn.Module, ckpt: Path, device: torch.device) -> N
         state = {}
         for f in files:
             state.update(_read(ckpt, f, lambda f: load_file(str(f), device=str(device))))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # "size mismatch for ...": weights of another model (or a hand-edited file)
+        mismatch = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0])
+        raise ValueError(f"load_checkpoint: weights in {model_dir} do not fit the model ({mismatch[:300]}); resume "
+                         f"with the run's own --model{_earlier_hint(ckpt)}") from None
     tied = {k for k in missing if k.endswith("lm_head.weight")}  # tied heads are saved once
     if set(missing) - tied or unexpected:
         raise ValueError(f"load_checkpoint: weights in {model_dir} do not match the model: "
