@@ -142,6 +142,9 @@ def test_resume_without_the_results_file_is_refused_before_any_work(tmp_path, ca
     err = capsys.readouterr().err
     assert "--resume:" in err and "results.json is missing" in err and err.count("\n") == 1, err
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["checkpoints"]  # nothing written
+    (tmp_path / "r" / "results.json").mkdir()  # said "is missing"
+    assert main(["train", "--env", "edit-menu", "--resume", "--steps", "3", "--out", str(tmp_path / "r")]) == 2
+    assert "results.json is a directory or special file, not the run's results file" in capsys.readouterr().err
 
 
 def test_a_file_in_place_of_a_checkpoint_is_refused_before_any_work(tmp_path, capsys, tiny_qwen3):

@@ -180,6 +180,9 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
         # it ran no step, recorded the checkpoint's steps under `steps: N` and evaluated a model of more steps
         raise ValueError(f"--resume: the latest checkpoint in {out / 'checkpoints'} has {done} completed steps, "
                          f"more than --steps {cfg.run.steps}; pass --steps {done} or more to continue this run")
+    if cfg.run.resume and (out / "results.json").exists() and not (out / "results.json").is_file():
+        raise ValueError(f"--resume: {out / 'results.json'} is a directory or special file, not the run's results "
+                         "file; restore the file, or leave out --resume to start a new run there")
     if cfg.run.resume and not (out / "results.json").is_file():
         raise ValueError(f"--resume: {out / 'results.json'} is missing; it holds the run's 'before' evaluation and "
                          "config, without which the checkpoint's trained model would be warm-started again and "
