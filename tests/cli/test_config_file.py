@@ -153,3 +153,28 @@ def test_a_preset_that_is_not_a_name_is_one_line(text, tmp_path, capsys):
     path.write_text(text)
     line = _error(capsys, ["train", "--config", str(path), "--print-config"])
     assert line.startswith(f"agentrl train: error: --config {path}: preset: expected a preset name (a string)")
+
+
+def _laughs(key, depth=8):
+    lines = [f"{key}:", '  - &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  - &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, depth + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("text, expected", [
+    (_laughs("steps"), "holds more than 10,000 values (YAML aliases"),
+    (_laughs("episodes"), "holds more than 10,000 values (YAML aliases"),
+    ("steps: &a [*a]\n", "holds more than 10,000 values (YAML aliases"),
+    ("steps: " + "1" * 5000 + "\n", "holds an integer of more than 4300 digits"),
+])
+def test_a_file_that_expands_past_any_config_is_one_line(text, expected, tmp_path, capsys):
+    """Nine lines of nested YAML aliases ('billion laughs', 9**9 strings) as `steps:` made the error message's
+    repr of the value grow until the process ran out of memory (MemoryError under a 4 GB limit); a 5000-digit
+    integer printed Python's advice to call sys.set_int_max_str_digits() without the file's name."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    for command in ("train", "smoke"):
+        line = _error(capsys, [command, "--config", str(path), "--print-config"])
+        assert line == f"agentrl {command}: error: --config {path}: {expected}" or (
+            line.startswith(f"agentrl {command}: error: --config {path}: {expected}")), line

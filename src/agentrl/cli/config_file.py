@@ -11,6 +11,7 @@ key is a one-line error naming it and the close matches. Not the config itself (
 from __future__ import annotations
 
 import difflib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a directory, unreadable, not UTF-8, not YAML (what and where), or not a mapping.
+        ValueError: a directory, unreadable, not UTF-8, not YAML (what and where), not a mapping, an integer of
+            more digits than Python converts, or more than MAX_VALUES values (aliases expanded).
     """
     import yaml
 
@@ -90,9 +92,40 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     except RecursionError:
         raise ValueError(f"--config {path}: YAML nested too deeply; expected a flat mapping of flag names to values") \
             from None
+    except ValueError as e:  # PyYAML's int(): "Exceeds the limit (4300 digits) ...; use sys.set_int_max_str_digits()"
+        if "integer string conversion" not in str(e):
+            raise
+        raise ValueError(f"--config {path}: holds an integer of more than {sys.get_int_max_str_digits()} digits") \
+            from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(data).__name__}")
+    if _too_many_values(data, MAX_VALUES):
+        raise ValueError(f"--config {path}: holds more than {MAX_VALUES:,} values (YAML aliases expanding a list "
+                         "into itself, or a huge list); expected a flat mapping of flag names to values")
     return data
+
+
+# Values a config file may hold, its keys, list items and aliases' expansions counted: a flat config has about 80.
+# A few lines of nested aliases ("billion laughs") expand to 10**9 items, which an error message's repr then
+# built in memory until the process was killed.
+MAX_VALUES = 10_000
+
+
+def _too_many_values(data: Any, limit: int) -> bool:
+    """Whether `data` (loaded YAML) holds more than `limit` values, counting each alias's expansion again (and a
+    self-referencing list forever); stops counting at the limit."""
+    stack, seen = [data], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            stack.extend(item)
+    return False
 
 
 def _flatten(data: dict[Any, Any], path: str | Path) -> list[tuple[str, Any, Any]]:
