@@ -158,3 +158,15 @@ def test_task_rows_with_fields_of_the_wrong_type_are_named_value_errors(field, v
     row["task"] = json.dumps({**json.loads(row["task"]), field: value})
     with pytest.raises(ValueError, match=f"dataset row 'task' field {why}"):
         cls().reset(**row)
+
+
+def test_episode_log_to_a_path_it_cannot_append_to_is_refused_when_built(tmp_path):
+    """episode_log(a directory) (or a path under a file) was accepted, then raised IsADirectoryError from inside
+    GRPOTrainer the first time TRL scored a batch, ending the run after its first generation."""
+    from agentrl.integrations.trl import episode_log
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="episode_log .* is a directory"):
+        episode_log(tmp_path)
+    with pytest.raises(ValueError, match="episode_log .* is under the file"):
+        episode_log(tmp_path / "file" / "episodes.jsonl")

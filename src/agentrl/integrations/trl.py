@@ -422,10 +422,14 @@ def episode_log(path: Any) -> Callable[..., list[None]]:
     run's training and evaluation episodes can be read, not only counted.
 
     A running episode is ended from its completion first, as env_stats does (either may come first in reward_funcs).
-    """
-    from pathlib import Path
 
-    out = Path(path)
+    Raises:
+        ValueError: `path` cannot be a file to append to (a directory, a device, under a file, not writable),
+            checked here rather than when TRL first calls the function, after a step's generation.
+    """
+    from agentrl.preflight import check_output_file
+
+    out = check_output_file(path, "episode_log")
 
     def log_episodes(environments: Sequence[Any], completions: Sequence[Any] | None = None,
                      trainer_state: Any = None, **_: Any) -> list[None]:
