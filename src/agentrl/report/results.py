@@ -308,20 +308,21 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def _huge_number_path(value: Any, where: str = "") -> str | None:
+def _huge_number_path(value: Any) -> str | None:
     """The JSON path (`steps/0/loss`, "" for `value` itself) of the first integer in `value` beyond the range of a
-    float (JSON allows any number of digits; every reader of a results file computes in floats), or None."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            float(value)
-        except OverflowError:
-            return where
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _huge_number_path(item, f"{where}/{key}" if where else str(key))
-        if found is not None:
-            return found
+    float (JSON allows any number of digits; every reader of a results file computes in floats), or None.
+    Iterative: a file nested to just under the JSON reader's recursion limit must not overflow it here."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool):
+            try:
+                float(item)
+            except OverflowError:
+                return where
+        elif isinstance(item, (dict, list)):
+            pairs = list(item.items() if isinstance(item, dict) else enumerate(item))
+            stack.extend((f"{where}/{k}" if where else str(k), v) for k, v in reversed(pairs))
     return None
 
 
