@@ -75,6 +75,8 @@ def test_words(tmp_path):
     assert word_split("crane") in ("train", "heldout")
     with pytest.raises(FileNotFoundError, match="wamerican"):
         load_words(tmp_path / "none")
+    with pytest.raises(ValueError, match="word list .* is a directory; expected a file"):  # said "not found"
+        load_words(tmp_path)
 
 
 @pytest.mark.parametrize("change, why", [

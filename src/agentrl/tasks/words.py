@@ -9,6 +9,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from agentrl.preflight import check_input_file
 from agentrl.tasks.task import Task
 
 WORD_LENGTH = 5
@@ -23,11 +24,12 @@ def load_words(path: str | os.PathLike | None = None) -> list[str]:
 
     Raises:
         FileNotFoundError: the file is missing (names the path and the Debian package).
-        ValueError: the file holds no five-letter words.
+        ValueError: the path is a directory or not a regular file; the file holds no five-letter words.
     """
     p = Path(path or os.environ.get("AGENTRL_WORDS") or DEFAULT_WORDS_PATH)
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"word list {str(p)!r} not found; install Debian's `wamerican` or pass a path")
+    check_input_file(p, "word list", "a file of one word a line")  # a directory read as "not found"
     words = sorted({w for w in (line.strip() for line in p.read_text(errors="replace").splitlines())
                     if len(w) == WORD_LENGTH and w.isascii() and w.isalpha() and w.islower()})
     if not words:
