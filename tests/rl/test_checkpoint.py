@@ -189,3 +189,16 @@ def test_weights_of_another_shape_are_a_named_value_error(tiny_qwen3, tmp_path):
     with pytest.raises(ValueError, match=rf"step_000002/model do not fit the model \(size mismatch for {name}.*"
                                          r"resume from step_000001"):
         load_checkpoint(path, tiny_qwen3(dtype=torch.float32), restore_rng=False)
+
+
+@pytest.mark.parametrize("missing", ["rng.json", "optimizer.pt", "model/model.safetensors"])
+def test_a_missing_file_names_the_checkpoint_to_fall_back_to(tiny_qwen3, tmp_path, missing):
+    """A checkpoint missing a state file said only that it was incomplete; like an unreadable one, it now names
+    the complete checkpoint before it to resume from."""
+    model = tiny_qwen3(dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters())
+    save_checkpoint(tmp_path / "ck", 1, model, opt)
+    path = save_checkpoint(tmp_path / "ck", 2, model, opt)
+    (path / missing).unlink()
+    with pytest.raises(FileNotFoundError, match="move step_000002 aside to resume from step_000001"):
+        load_checkpoint(path, tiny_qwen3(dtype=torch.float32), torch.optim.AdamW(model.parameters()))

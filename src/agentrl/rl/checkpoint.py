@@ -203,7 +203,8 @@ def _read(ckpt: Path, file: Path, load: Any) -> Any:
     JSONDecodeError, ...: to a user they all mean the same thing, this file of this checkpoint is broken.
     """
     if not file.is_file():
-        raise FileNotFoundError(f"load_checkpoint: {ckpt} is not a complete checkpoint (no {file.relative_to(ckpt)})")
+        raise FileNotFoundError(f"load_checkpoint: {ckpt} is not a complete checkpoint (no {file.relative_to(ckpt)})"
+                                f"{_earlier_hint(ckpt)}")
     try:
         return load(file)
     except Exception as e:  # noqa: BLE001 - every reader's own error type means "this file is unreadable"
@@ -282,7 +283,8 @@ def _load_model_weights(model: nn.Module, ckpt: Path, device: torch.device) -> N
 
         files = sorted(model_dir.glob("*.safetensors"))
         if not files:
-            raise FileNotFoundError(f"load_checkpoint: no weights (*.safetensors or state_dict.pt) in {model_dir}")
+            raise FileNotFoundError(f"load_checkpoint: no weights (*.safetensors or state_dict.pt) in {model_dir}"
+                                    f"{_earlier_hint(ckpt)}")
         state = {}
         for f in files:
             state.update(_read(ckpt, f, lambda f: load_file(str(f), device=str(device))))
