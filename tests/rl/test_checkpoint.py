@@ -202,3 +202,25 @@ def test_a_missing_file_names_the_checkpoint_to_fall_back_to(tiny_qwen3, tmp_pat
     (path / missing).unlink()
     with pytest.raises(FileNotFoundError, match="move step_000002 aside to resume from step_000001"):
         load_checkpoint(path, tiny_qwen3(dtype=torch.float32), torch.optim.AdamW(model.parameters()))
+
+
+def test_optimizer_moments_of_another_shape_are_refused_at_load(tmp_path):
+    """An optimizer.pt whose exp_avg has another shape than its parameter loaded silently (load_state_dict checks
+    only counts), and the resumed run died at its first optimizer step with a size-mismatch RuntimeError."""
+    from torch import nn
+
+    def build():
+        m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+        return m, torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+    model, opt = build()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    path = save_checkpoint(tmp_path / "ck", 1, model, opt)
+    load_checkpoint(path, *build())  # intact: loads
+    state = torch.load(path / "optimizer.pt", weights_only=True)
+    state["state"][0]["exp_avg"] = torch.zeros(3)
+    torch.save(state, path / "optimizer.pt")
+    with pytest.raises(ValueError, match=r"optimizer.pt does not fit .*parameter 0: exp_avg has shape \(3,\), the "
+                                         r"parameter \(4, 4\)"):
+        load_checkpoint(path, *build())

@@ -259,11 +259,31 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"load_checkpoint: {path / 'optimizer.pt'} does not fit this run's optimizer ({e}); "
                              f"resume with the run's own model, --lora-* and optimizer settings") from None
+        _check_optimizer_shapes(path, optimizer)
     if restore_rng:
         py = _read(path, path / "rng.json", lambda f: json.loads(f.read_text()))
         tensors = _read(path, path / "rng_torch.pt", lambda f: torch.load(f, map_location="cpu", weights_only=True))
         _read(path, path / "rng.json", lambda f: set_rng_state(py, tensors))
     return meta
+
+
+# Per-parameter optimizer state that has its parameter's shape (Adam/AdamW moments, SGD momentum)
+_PARAM_SHAPED_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer")
+
+
+def _check_optimizer_shapes(path: Path, optimizer: torch.optim.Optimizer) -> None:
+    """Each loaded moment must have its parameter's shape: load_state_dict checks only the parameter counts, so a
+    moment of another shape (another model's optimizer.pt, a damaged one) loaded silently and the resumed run
+    failed at its first optimizer step ("The size of tensor a (3) must match ...").
+
+    Raises: ValueError: names the file, the parameter's index and both shapes."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for i, p in enumerate(params):
+        for key, value in optimizer.state.get(p, {}).items():
+            if key in _PARAM_SHAPED_STATE and torch.is_tensor(value) and value.shape != p.shape:
+                raise ValueError(f"load_checkpoint: {path / 'optimizer.pt'} does not fit this run's optimizer "
+                                 f"(parameter {i}: {key} has shape {tuple(value.shape)}, the parameter "
+                                 f"{tuple(p.shape)}){_earlier_hint(path)}")
 
 
 def _load_model_weights(model: nn.Module, ckpt: Path, device: torch.device) -> None:
