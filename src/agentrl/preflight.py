@@ -18,6 +18,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,28 +186,40 @@ def loads_json(text: str | bytes, where: str) -> Any:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def lone_surrogate_path(value: Any, *, dotted: bool = False) -> str | None:
-    """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
-    `messages[0].content`-style text (`dotted`: `messages.0.content`, as jsonschema's paths; "" for `value`
-    itself), or None if every string is UTF-8 text.
-
-    JSON's `\\ud800`-`\\udfff` escapes, and undecodable bytes of a file name as os.walk gives them, read as lone
-    surrogates: no tokenizer, sandbox file or strict JSON writer takes one."""
+def json_path_of(value: Any, test: Callable[[Any], bool], *, sep: str = ".", brackets: bool = True) -> str | None:
+    """The path of the first item of decoded JSON `value` (keys included, document order) for which `test` is
+    true, or None: keys joined by `sep` (each cut to 40 characters and made UTF-8, so the path can be shown),
+    list indices as `[i]` (`brackets`) or as `sep`-joined parts (jsonschema's style); "" for `value` itself.
+    Iterative: a value nested to just under the JSON reader's recursion limit must not overflow it here."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, where = stack.pop()
-        if isinstance(item, str):
-            if _LONE_SURROGATE.search(item):
-                return where
-        elif isinstance(item, dict):
+        if test(item):
+            return where
+        if isinstance(item, dict):
+            children = []
             for k, v in item.items():
-                name = str(k)[:40].encode("utf-8", "backslashreplace").decode("utf-8")  # the path itself is UTF-8
-                key = f"{where}.{name}" if where else name
-                stack += [(k, key), (v, key)]
+                name = str(k)[:40].encode("utf-8", "backslashreplace").decode("utf-8")
+                key = f"{where}{sep}{name}" if where else name
+                children += [(k, key), (v, key)]
         elif isinstance(item, list):
-            stack += [(v, (f"{where}.{i}" if where else str(i)) if dotted else f"{where}[{i}]")
-                      for i, v in enumerate(item)]
+            children = [(v, f"{where}[{i}]" if brackets else f"{where}{sep}{i}" if where else str(i))
+                        for i, v in enumerate(item)]
+        else:
+            continue
+        stack.extend(reversed(children))
     return None
+
+
+def lone_surrogate_path(value: Any, *, dotted: bool = False) -> str | None:
+    """Where in decoded JSON `value` the first string (key or value) holding a lone surrogate is, as
+    `messages[0].content`-style text (`dotted`: `messages.0.content`, as jsonschema's paths; "" for `value`
+    itself), or None if every string is UTF-8 text (json_path_of).
+
+    JSON's `\\ud800`-`\\udfff` escapes, and undecodable bytes of a file name as os.walk gives them, read as lone
+    surrogates: no tokenizer, sandbox file or strict JSON writer takes one."""
+    return json_path_of(value, lambda x: isinstance(x, str) and _LONE_SURROGATE.search(x) is not None,
+                        brackets=not dotted)
 
 
 def replace_lone_surrogates(value: Any) -> Any:

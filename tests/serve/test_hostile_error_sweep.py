@@ -33,20 +33,27 @@ def served():
     srv.close()
 
 
+def _post(served, body: bytes | str, token: str) -> tuple[int, bytes]:
+    """POST `body` to the served policy's chat completions as rollout `token`: (status, raw reply)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body,
+                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("body", [
     {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "9" * 200_000},
     {"messages": [{"role": "user", "content": [{"type": "x" * 200_000}]}]},
 ])
 def test_policy_refusals_do_not_echo_a_huge_client_value(served, body):
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
-                 headers={"Authorization": "Bearer r", "Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    assert r.status == 400 and len(data) < 1000, (r.status, len(data))
+    status, data = _post(served, json.dumps(body), "r")
+    assert status == 400 and len(data) < 1000, (status, len(data))
 
 
 def test_rollout_budget_errors_are_bounded():
@@ -65,15 +72,9 @@ def test_rollout_budget_errors_are_bounded():
     '{"messages": [{"role": "user", "content": "hi"}], "k\\udcff": 1}',
 ])
 def test_lone_surrogates_in_a_request_are_a_400_naming_where(served, raw):
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", body=raw.encode("ascii"),
-                 headers={"Authorization": "Bearer surrogates", "Content-Type": "application/json"})
-    r = conn.getresponse()
-    body = json.loads(r.read())
-    conn.close()
-    assert r.status == 400 and "lone surrogate" in body["error"]["message"], (r.status, body)
+    status, data = _post(served, raw.encode("ascii"), "surrogates")
+    body = json.loads(data)
+    assert status == 400 and "lone surrogate" in body["error"]["message"], (status, body)
     assert body["error"]["message"].encode("utf-8")
 
 
@@ -96,16 +97,9 @@ def test_loads_strict_names_the_lone_surrogate_and_keeps_pairs():
     ({"model": "m" * 100_000}, "'model' must be a string of at most 256"),  # was echoed in every chunk
 ])
 def test_wrongly_typed_stream_and_model_fields_are_a_400(served, extra, named):
-    import http.client
-
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra}
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
-                 headers={"Authorization": "Bearer typed", "Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    assert r.status == 400 and named in json.loads(data)["error"]["message"], (r.status, data[:300])
+    status, data = _post(served, json.dumps(body), "typed")
+    assert status == 400 and named in json.loads(data)["error"]["message"], (status, data[:300])
     assert len(data) < 1000
 
 
@@ -148,12 +142,6 @@ def test_valid_sampling_fields_are_recorded_as_overridden():
 
 
 def test_a_bad_sampling_field_through_the_server_is_a_400(served):
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps({"messages": _HI, "temperature": "hot"}),
-                 headers={"Authorization": "Bearer sampling", "Content-Type": "application/json"})
-    r = conn.getresponse()
-    body = json.loads(r.read())
-    conn.close()
-    assert r.status == 400 and "'temperature' must be" in body["error"]["message"], (r.status, body)
+    status, data = _post(served, json.dumps({"messages": _HI, "temperature": "hot"}), "sampling")
+    body = json.loads(data)
+    assert status == 400 and "'temperature' must be" in body["error"]["message"], (status, body)

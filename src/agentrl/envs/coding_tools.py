@@ -31,7 +31,7 @@ from agentrl.envs.toolenv import (
     ToolSpec,
     object_schema,
 )
-from agentrl.sandbox.api import LIMIT_STATS
+from agentrl.sandbox.api import LIMIT_STATS, SandboxLimits
 from agentrl.sandbox.process import file_path_problem
 from agentrl.tasks.task import Task
 
@@ -41,7 +41,6 @@ SYSTEM_PROMPT = (
     "A reply without a tool call is your final answer and ends the session."
 )
 READ_LIMIT_LINES = 2000
-DEFAULT_BASH_BUDGET_S = 10.0  # a Bash call's wall-clock limit when the sandbox states none (SandboxLimits' default)
 MAX_BASH_COMMAND_CHARS = 16384  # longer Bash commands are malformed (schema): bounds shlex work per call
 STAT_NAMES = (
     "reads", "edits", "writes", "bash_calls", "test_runs",
@@ -279,9 +278,9 @@ class CodingToolsEnv(SourceGradedEnv):
         return out
 
     def _bash_budget_s(self, timeout_ms: int | None) -> float:
-        """Seconds one Bash call may take in all: the sandbox's per-run wall-clock limit (DEFAULT_BASH_BUDGET_S
-        before a default sandbox exists), lowered by `timeout`."""
-        limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or DEFAULT_BASH_BUDGET_S
+        """Seconds one Bash call may take in all: the sandbox's per-run wall-clock limit (SandboxLimits' default
+        before a default sandbox exists, or for a sandbox that states none), lowered by `timeout`."""
+        limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or SandboxLimits.timeout_s
         return float(limit) if timeout_ms is None else min(float(limit), timeout_ms / 1000.0)
 
     def _take_back(self, written: dict[str, str]) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrl.eval.report import EvalReport, PairedDifference
 
-from agentrl.preflight import loads_json, lone_surrogate_path, refuse_special_file
+from agentrl.preflight import json_path_of, loads_json, lone_surrogate_path, refuse_special_file
 from agentrl.report.schema import RESULTS_SCHEMA, SCHEMA_VERSION, STATUSES  # noqa: F401 - re-exported
 
 
@@ -296,7 +296,8 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     if bad is not None:
         raise ValueError(f"{path}: invalid results at {bad[:200] or '(top level)'}: a lone surrogate (an unpaired "
                          "\\ud800-\\udfff escape), which is not UTF-8 text")
-    huge = _huge_number_path(data)  # `report` raised OverflowError (plots, summary) on `"wall_clock_s": 1e400` as an int
+    # `report` raised OverflowError (plots, summary) on `"wall_clock_s": 1e400` written as an int
+    huge = json_path_of(data, _huge_number, sep="/", brackets=False)
     if huge is not None:
         raise ValueError(f"{path}: invalid results at {huge[:200] or '(top level)'}: an integer too large for a "
                          "floating-point number")
@@ -308,22 +309,16 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def _huge_number_path(value: Any) -> str | None:
-    """The JSON path (`steps/0/loss`, "" for `value` itself) of the first integer in `value` beyond the range of a
-    float (JSON allows any number of digits; every reader of a results file computes in floats), or None.
-    Iterative: a file nested to just under the JSON reader's recursion limit must not overflow it here."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        where, item = stack.pop()
-        if isinstance(item, int) and not isinstance(item, bool):
-            try:
-                float(item)
-            except OverflowError:
-                return where
-        elif isinstance(item, (dict, list)):
-            pairs = list(item.items() if isinstance(item, dict) else enumerate(item))
-            stack.extend((f"{where}/{k}" if where else str(k), v) for k, v in reversed(pairs))
-    return None
+def _huge_number(item: Any) -> bool:
+    """An integer beyond the range of a float (JSON allows any number of digits; every reader of a results file
+    computes in floats)."""
+    if not isinstance(item, int) or isinstance(item, bool):
+        return False
+    try:
+        float(item)
+    except OverflowError:
+        return True
+    return False
 
 
 def _check_invariants(path: Path, data: dict[str, Any]) -> None:
