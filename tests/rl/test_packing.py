@@ -108,6 +108,7 @@ def test_row_bounds_stay_out_of_the_layers_arguments_where_varlen_runs(monkeypat
     monkeypatch.setitem(packing._VARLEN, "params", ())
     monkeypatch.setitem(packing._VARLEN, "broken", False)
     cuda = torch.device("cuda")
+    monkeypatch.setattr(packing, "ATTENTION_HEAD_GROUPS", 1)
     kw = packing.pack_kwargs(cu, 5, cuda, torch.bfloat16)
     assert set(kw) == {"packed_cu", "packed_max"} and kw["packed_cu"] is cu and kw["packed_max"] == 5
     for device, dtype in ((cuda, torch.float32), (torch.device("cpu"), torch.bfloat16)):
@@ -175,6 +176,7 @@ def test_head_groups_reach_the_layers_only_where_varlen_runs(monkeypatch):
     monkeypatch.setitem(packing._VARLEN, "fn", lambda *a, **k: None)
     monkeypatch.setitem(packing._VARLEN, "params", ())
     monkeypatch.setitem(packing._VARLEN, "broken", False)
+    monkeypatch.setattr(packing, "ATTENTION_HEAD_GROUPS", 1)
     assert "packed_head_groups" not in packing.pack_kwargs(cu, 4, torch.device("cuda"), torch.bfloat16)
     monkeypatch.setattr(packing, "ATTENTION_HEAD_GROUPS", 2)
     assert packing.pack_kwargs(cu, 4, torch.device("cuda"), torch.bfloat16)["packed_head_groups"] == 2

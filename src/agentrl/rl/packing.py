@@ -35,8 +35,10 @@ _VARLEN: dict[str, Any] = {}
 # the heads of one call: FlashAttention-2's fp32 dq accumulator [T, H, D] and, for grouped-query attention, dk/dv
 # expanded to every query head ([T, H, D] each): 216 MiB of the update's 2.56 GiB peak on the H200 (Qwen3-0.6B,
 # 12,968-token microbatch; results/bench/issue26_h200_2026-12-04c), halved by 2 groups at the cost of one more
-# kernel launch per layer and a copy of q. `bench_update.py --attention-head-groups` measures it.
-ATTENTION_HEAD_GROUPS = 1
+# kernel launch per layer and copies of q, k and v. On the H200 (2026-12-04, one timed update each) 2 groups took the
+# default update's memory above static from 0.308x to 0.299x of full logits (2.56 -> 2.49 GiB); bench_update's
+# `:hgN` rows measure it (bench/README.md, fourteenth session).
+ATTENTION_HEAD_GROUPS = 2
 
 
 def _varlen_fn():
