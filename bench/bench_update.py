@@ -83,6 +83,8 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
 
 def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, compiled: bool = False) -> dict:
     free(args.device)
+    if compiled:  # as in a process of its own (the trainer's case): no dynamo cache entries or recompile counts
+        torch._dynamo.reset()  # left by earlier rows' models (2026-12-04: rows after others ran 10-27% slower)
     model = make_model(args.config, dtype, args.device, tiny=args.tiny)
     if gc != "off":
         update.enable_gradient_checkpointing(model)

@@ -169,12 +169,12 @@ else
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory);
   # `default`: RLConfig's default update as it runs here (since 2026-12-04 compiled: bf16:on:16384:compile; its
   # warm-up pays the ~25 s compile, hence 40 s more than the 110 s the eager rows took); then item 5's memory
-  # candidates, compiled (each ~5-10 s with inductor's cache warm): the default's attention in one call per layer
-  # (hg1, the default until 2026-12-04) and in 4 head groups (packing.ATTENTION_HEAD_GROUPS, 2 by default: the
-  # backward's FlashAttention transients scale with the heads of one call), and 12k-token microbatches; 3 timed
-  # updates per row, their median (one update of ~0.8 s had varied by 15% between sessions)
+  # candidates, compiled (each ~5-10 s with inductor's cache warm): the default's attention in 2 and 4 head groups
+  # (packing.ATTENTION_HEAD_GROUPS, 1 by default: the backward's FlashAttention transients scale with the heads of
+  # one call), and 12k-token microbatches; 3 timed updates per row, their median (one update of ~0.8 s had varied by
+  # 15% between sessions)
   part update 240 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --repeats 3 \
-    --extra-rows default bf16:off:16384 bf16:on:16384 bf16:on:32768 bf16:on:16384:compile:hg1 \
+    --extra-rows default bf16:off:16384 bf16:on:16384 bf16:on:32768 bf16:on:16384:compile:hg2 \
     bf16:on:16384:compile:hg4 bf16:on:12288:compile
   # step: the static KV cache given back during the update (release_kv vmm, the FastSampler's default on CUDA: to the
   # device at the same addresses; allocator: to PyTorch's cache) and kept (off); step_tok: RLConfig's default update

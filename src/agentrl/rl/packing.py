@@ -31,14 +31,22 @@ PACKABLE_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 MASK_DICT_TYPES = ("qwen2", "qwen3")  # trunks that take attention_mask as {layer type: mask} and build none
 _VARLEN: dict[str, Any] = {}
 # Each layer's varlen_attn call split into this many groups of heads (1 = one call; used only where it divides the
-# key/value head count). The result is the same; what changes is the backward's transient memory, which scales with
-# the heads of one call: FlashAttention-2's fp32 dq accumulator [T, H, D] and, for grouped-query attention, dk/dv
-# expanded to every query head ([T, H, D] each): 216 MiB of the update's 2.56 GiB peak on the H200 (Qwen3-0.6B,
-# 12,968-token microbatch; results/bench/issue26_h200_2026-12-04c), halved by 2 groups at the cost of one more
-# kernel launch per layer and copies of q, k and v. On the H200 (2026-12-04, one timed update each) 2 groups took the
-# default update's memory above static from 0.308x to 0.299x of full logits (2.56 -> 2.49 GiB); bench_update's
-# `:hgN` rows measure it (bench/README.md, fourteenth session).
-ATTENTION_HEAD_GROUPS = 2
+# key/value head count, and only inside compiled layers: _in_compiled_region). The result is the same; what changes
+# is the backward's transient memory, which scales with the heads of one call: FlashAttention-2's fp32 dq accumulator
+# [T, H, D] and, for grouped-query attention, dk/dv expanded to every query head ([T, H, D] each): 216 MiB of the
+# update's 2.56 GiB peak on the H200 (Qwen3-0.6B, 12,968-token microbatch; results/bench/issue26_h200_2026-12-04c).
+# Measured on the H200 (results/bench/issue26_h200_2026-12-04d): 2 groups take the default update's peak above
+# static from 2.56 to 2.49 GiB (0.308x -> 0.299x of full logits) and cost time: compiled, 54.1k-67.4k tokens/s in
+# four processes against 64.0k-73.7k with one call in three (the spread between processes is ~15%); eager, ~30% of
+# the 4-row packed update (25.7k -> 17.6k tokens/s), hence compiled layers only. 70 MiB is not worth ~5-10% of every
+# update's time, so the default stays 1; a run short of memory for long microbatches can set 2 or 4.
+ATTENTION_HEAD_GROUPS = 1
+
+
+def _in_compiled_region() -> bool:
+    """Whether this call is being traced by torch.compile (the update's compiled decoder layers): where
+    ATTENTION_HEAD_GROUPS applies. A function of its own so tests can stand in for the tracer."""
+    return torch.compiler.is_compiling()
 
 
 def _varlen_fn():
@@ -139,7 +147,8 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     device (None: not a pack), packed_bounds the same as Python ints where the per-row SDPA path will run
     (packed_hidden leaves them out where varlen_attn runs: a tuple's length is a guard of the compiled layers, so
     every new row count recompiled them), packed_max the longest row, packed_head_groups the varlen path's calls
-    per layer (ATTENTION_HEAD_GROUPS; the per-row SDPA path ignores it). Returns ([1, T, H, D], None)
+    per layer (ATTENTION_HEAD_GROUPS; used inside compiled layers only, see _in_compiled_region; the per-row
+    SDPA path ignores it). Returns ([1, T, H, D], None)
     as transformers' own attention functions do.
 
     Raises:
@@ -151,7 +160,8 @@ def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     if dropout:
         raise ValueError("packed_attention: attention dropout is not supported")
     if _varlen_applies(query.device, query.dtype):
-        out = _varlen_attention(query, key, value, packed_cu, packed_max, scaling, packed_head_groups)
+        groups = packed_head_groups if _in_compiled_region() else 1
+        out = _varlen_attention(query, key, value, packed_cu, packed_max, scaling, groups)
         if out is not None:
             return out, None
     group = query.shape[1] // key.shape[1]
