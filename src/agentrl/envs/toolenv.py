@@ -316,8 +316,9 @@ class ToolEnv(Env):
         spec = self._specs_by_name.get(call.name)
         if spec is None:
             known = ", ".join(self._specs_by_name)
-            marked = replace(call, malformed=f"unknown_tool: {call.name!r} is not one of [{known}]")
-            return ToolResult(marked, "malformed", f"Error: unknown tool {call.name!r}; available tools: {known}.")
+            name = repr(call.name[:100]) + (f" (+{len(call.name) - 100} chars)" if len(call.name) > 100 else "")
+            marked = replace(call, malformed=f"unknown_tool: {name} is not one of [{known}]")
+            return ToolResult(marked, "malformed", f"Error: unknown tool {name}; available tools: {known}.")
         problem = schema_problem(spec.validation_schema(), call.arguments)
         if problem:
             marked = replace(call, malformed=f"bad_arguments: {problem}")

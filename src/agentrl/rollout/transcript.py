@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from agentrl.envs.base import Observation
 from agentrl.rollout.trajectory import Turn
 
+NAME_CHARS = 200  # a tool name as shown: the model writes it, so a long one is clipped like any other text
+
 
 def _clip(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + f"... [{len(text) - max_chars} more chars]"
@@ -22,8 +24,9 @@ def render_transcript(
         cut = " (hit token limit)" if turn.hit_token_limit else ""
         out.append(f"[assistant {k}]{cut} {_clip(turn.text, max_chars)}")
         for res in turn.results:
-            why = f" ({res.call.malformed})" if res.call.malformed else ""
-            out.append(f"[tool {res.call.name or '?'} -> {res.status}{why}] {_clip(res.content, max_chars)}")
+            why = f" ({_clip(res.call.malformed, max_chars)})" if res.call.malformed else ""
+            name = _clip(res.call.name, NAME_CHARS) or "?"
+            out.append(f"[tool {name} -> {res.status}{why}] {_clip(res.content, max_chars)}")
     out.append(f"[end] {end_reason}, " + ("unscorable (no reward)" if reward is None else f"reward {reward:.3f}"))
     return "\n".join(out)
 
@@ -62,12 +65,15 @@ def turn_records(turns: Sequence[Turn], *, max_chars: int = 4000) -> list[dict]:
     """
     out = []
     for turn in turns:
-        calls = [{"name": r.call.name or "?", "arguments": r.call.arguments if isinstance(r.call.arguments, dict)
-                  else {"raw": str(r.call.arguments)}, "status": r.status, "malformed": r.call.malformed or None,
+        calls = [{"name": _clip(r.call.name, NAME_CHARS) or "?",
+                  "arguments": r.call.arguments if isinstance(r.call.arguments, dict)
+                  else {"raw": _clip(str(r.call.arguments), max_chars)}, "status": r.status,
+                  "malformed": _clip(r.call.malformed, max_chars) if r.call.malformed else None,
                   "content": _clip(r.content, max_chars)} for r in turn.results]
         # calls the environment never answered (the episode ended in error) are still shown
-        calls += [{"name": c.name or "?", "arguments": c.arguments if isinstance(c.arguments, dict) else {},
-                   "status": "not run", "malformed": c.malformed or None, "content": ""}
+        calls += [{"name": _clip(c.name, NAME_CHARS) or "?",
+                   "arguments": c.arguments if isinstance(c.arguments, dict) else {}, "status": "not run",
+                   "malformed": _clip(c.malformed, max_chars) if c.malformed else None, "content": ""}
                   for c in turn.calls[len(turn.results):]]
         out.append({"text": _clip(turn.text, max_chars), "hit_token_limit": bool(turn.hit_token_limit),
                     "calls": calls})
