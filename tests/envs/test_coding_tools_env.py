@@ -169,15 +169,13 @@ def test_paths_the_sandbox_cannot_hold_are_failed_writes_and_the_repository_stay
 
 
 def test_files_a_run_leaves_that_no_run_could_take_back_stay_out_of_the_repository(minmax_task, sandbox):
-    """A script that makes a file name of non-UTF-8 bytes, a control character or 100 folders deep, or that
-    turns the source file into a folder with a file in it: those files used to come back into the repository,
-    so `ls` showed a lone surrogate (the tokenizer raised TypeError: the run crashed) and every later Bash
-    failed with "sandbox file ..."."""
+    """A script that makes a file name of non-UTF-8 bytes, a control character or 100 folders deep: those files
+    used to come back into the repository, so `ls` showed a lone surrogate (the tokenizer raised TypeError: the
+    run crashed) and every later Bash failed with "sandbox file ..."."""
     script = ("import os\n"
               "os.close(os.open(b'bad\\xff.py', os.O_CREAT | os.O_WRONLY))\n"
               "open('a\\nb.py', 'w').write('1')\n"
               "p = '/'.join(['d'] * 100)\nos.makedirs(p)\nopen(p + '/x.py', 'w').write('1')\n"
-              "os.remove('stack_peak.py')\nos.mkdir('stack_peak.py')\nopen('stack_peak.py/x.py', 'w').write('1')\n"
               "open('kept.py', 'w').write('2')\n")
     env = make_env("coding-tools", sandbox=sandbox, max_turns=8)
     env.reset(minmax_task)
@@ -188,6 +186,33 @@ def test_files_a_run_leaves_that_no_run_could_take_back_stay_out_of_the_reposito
     assert sorted(env.files) == ["e.py", "kept.py", "stack_peak.py", "test_stack_peak.py"]
     (r,) = env.step([c("Bash", command="python -m pytest -q test_stack_peak.py")]).results
     assert r.status == "ok" and "1 failed" in r.content, r.content
+
+
+def test_what_a_run_deletes_leaves_the_repository(minmax_task, sandbox):
+    """A Bash run's deletions stick, as in a real shell: a removed file is gone from `ls`, Read and every later
+    run, a file the run turned into a folder is that folder, and a removed source file scores 0. A file the
+    run only made unreadable to the repository (a link, binary bytes) keeps its last text. They used to come
+    back: the read-back could not tell a deleted file from a skipped one."""
+    script = ("import os\nos.remove('gone.py')\nos.remove('tree.py')\nos.mkdir('tree.py')\n"
+              "open('tree.py/leaf.py', 'w').write('leaf = 1\\n')\n"
+              "os.remove('linked.py')\nos.symlink('/etc/hostname', 'linked.py')\n"
+              "open('binary.py', 'wb').write(b'\\xff\\xfe')\n")
+    env = make_env("coding-tools", sandbox=sandbox, max_turns=8, max_calls_per_turn=None)
+    env.reset(minmax_task)
+    writes = [c("Write", file_path=f"/repo/{n}.py", content=f"{n} = 1\n") for n in ("gone", "tree", "linked", "binary")]
+    results = env.step([*writes, c("Write", file_path="/repo/e.py", content=script),
+                        c("Bash", command="python e.py")]).results
+    assert [r.status for r in results] == ["ok"] * 6, [r.content for r in results]
+    assert sorted(env.files) == ["binary.py", "e.py", "linked.py", "stack_peak.py", "test_stack_peak.py",
+                                 "tree.py/leaf.py"]
+    assert env.files["linked.py"] == "linked = 1\n" and env.files["binary.py"] == "binary = 1\n"
+    (r,) = env.step([c("Read", file_path="/repo/gone.py")]).results
+    assert r.status == "failed"
+    (r,) = env.step([c("Write", file_path="/repo/k.py", content="import os\nos.remove('stack_peak.py')\n"),
+                     c("Bash", command="python k.py"), c("Bash", command="python -m pytest -q")]).results[2:]
+    assert "stack_peak.py" not in env.files and "ERROR collecting" in r.content, r.content
+    env.final_answer("done")
+    assert env.reward() == 0.0
 
 
 def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):

@@ -283,10 +283,13 @@ class CodingToolsEnv(SourceGradedEnv):
         limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or SandboxLimits.timeout_s
         return float(limit) if timeout_ms is None else min(float(limit), timeout_ms / 1000.0)
 
-    def _take_back(self, written: dict[str, str]) -> None:
-        """Merge the files a sandboxed run wrote into the repository. A file under a folder that replaced a
-        repository file (or the reverse) stays out: deletions do not come back, so both would be handed to
-        every later run, which the sandbox refuses."""
+    def _take_back(self, written: dict[str, str], deleted: tuple[str, ...] = ()) -> None:
+        """Merge what a sandboxed run did into the repository: the files it removed (`deleted`, RunResult.deleted)
+        leave it, the text files it wrote or changed come in. A file under a folder that replaced a repository
+        file (or the reverse) stays out, so both are never handed to a later run, which the sandbox refuses."""
+        for path in deleted:
+            self.files.pop(path, None)
+            self._read.discard(path)
         for path, text in written.items():
             if path not in self.files and self._clash(path):
                 continue
@@ -315,7 +318,7 @@ class CodingToolsEnv(SourceGradedEnv):
             result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
         except ValueError as e:  # the sandbox refuses the argv (e.g. a script outside the work dir)
             raise BashError(str(e)) from None
-        self._take_back(returned_files(result.files))
+        self._take_back(returned_files(result.files), result.deleted)
         for hit in result.limits_hit:
             self._bump(hit.stat)
         if result.error and not result.timed_out:  # the sandbox could not run the command at all

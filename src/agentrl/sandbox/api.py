@@ -90,6 +90,8 @@ class RunResult:
         files: the work dir's text files after the run (path -> text) when asked for, else None.
         error: a sandbox-side failure (could not start, ...), else None.
         limits_hit: the limits the run reached, each with its one wording (LimitHit.notice).
+        deleted: with files, the given files the run removed (sorted paths; a given file that is still there
+            but not returned, e.g. turned into a link or a binary, is not among them), else ().
     """
 
     exit_code: int | None
@@ -102,6 +104,7 @@ class RunResult:
     files: dict[str, str] | None = None
     error: str | None = None
     limits_hit: tuple[LimitHit, ...] = ()
+    deleted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ class RawRun:
     events: list[dict]
     files: dict[str, str] | None = None
     error: str | None = None
+    present: frozenset[str] | None = None  # with files: every file-like path left in the work dir (read_back)
 
 
 def parse_events(raw: bytes, marker: str) -> list[dict]:
@@ -80,9 +81,11 @@ def finish(cap: Capture, marker: str, exit_code: int | None, timed_out: bool, t0
     """Assemble a RawRun from a finished capture."""
     out, cut_out = cap.text("stdout")
     err, cut_err = cap.text("stderr")
-    files = read_back(workdir, uid) if return_files else None
+    present: set[str] = set()
+    files = read_back(workdir, uid, present=present) if return_files else None
     return RawRun(exit_code, out, err, cut_out or cut_err, timed_out, time.monotonic() - t0,
-                  parse_events(bytes(cap.data["result"]), marker), files, error)
+                  parse_events(bytes(cap.data["result"]), marker), files, error,
+                  frozenset(present) if return_files else None)
 
 
 def run_fresh(backend: Backend, files: dict[str, str], kind: str, limits: dict, timeout_s: float,

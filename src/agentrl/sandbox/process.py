@@ -325,8 +325,13 @@ def make_workdir(parent: str, files: dict[str, str], uid: int | None) -> str:
     return workdir
 
 
-def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20) -> dict[str, str]:
+def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
+              present: set[str] | None = None) -> dict[str, str]:
     """The work dir's UTF-8 text files after a run (path -> text), never following links.
+
+    `present`, when given, receives the relative path of every file-like entry the walk met (regular files,
+    links, devices, ... skipped ones too, not folders): a path given to the run and absent from it was deleted
+    (or its folder replaced by something the walk does not enter), where one only skipped is still there.
 
     Skips symlinks, hard-linked files, files not owned by the job uid, binaries and large files,
     so a hostile child cannot make the (root) parent read a file outside the work dir; and files whose
@@ -340,6 +345,8 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20) -> d
         for n in names:
             path = os.path.join(dirpath, n)
             rel = os.path.relpath(path, workdir)
+            if present is not None:
+                present.add(rel)
             if file_path_problem(rel):
                 continue
             try:

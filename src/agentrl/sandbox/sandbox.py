@@ -133,11 +133,13 @@ class Sandbox:
         except (ZygoteError, OSError) as e:
             return RawRun(None, "", "", False, False, 0.0, [], None, f"sandbox failure: {e}")
 
-    def _result(self, raw: RawRun, timeout_s: float) -> RunResult:
+    def _result(self, raw: RawRun, timeout_s: float, given: dict[str, str] | None = None) -> RunResult:
         hits = limit_hits(self.limits, exit_code=raw.exit_code, timed_out=raw.timed_out, timeout_s=timeout_s,
                           wall_clock_s=raw.wall_clock_s, stderr=raw.stderr, truncated=raw.truncated)
+        deleted = () if raw.present is None or given is None else tuple(sorted(
+            p for p in given if os.path.normpath(p) not in raw.present))
         return RunResult(raw.exit_code, raw.stdout, raw.stderr, raw.timed_out, raw.wall_clock_s,
-                         raw.truncated, self.backend, raw.files, raw.error, hits)
+                         raw.truncated, self.backend, raw.files, raw.error, hits, deleted)
 
     def run(self, files: dict[str, str], argv: list[str], *, timeout_s: float | None = None,
             return_files: bool = False) -> RunResult:
@@ -145,12 +147,13 @@ class Sandbox:
 
         argv: ["python", "<file>.py", *args], ["python", "-m", "pytest", *args] or ["pytest", *args];
         anything else raises ValueError. timeout_s lowers (never raises) limits.timeout_s.
-        With return_files=True, RunResult.files holds the work dir's text files after the run.
+        With return_files=True, RunResult.files holds the work dir's text files after the run and
+        RunResult.deleted the given files it removed.
         """
         argv = normalize_argv(argv)
         timeout = self._timeout(timeout_s)
         raw = self._execute(files, "run", timeout, return_files, argv=argv)
-        return self._result(raw, timeout)
+        return self._result(raw, timeout, files)
 
     def run_tests(self, job: TestJob) -> TestReport:
         """Grade `job`: per-test pass/fail/error/timeout, parsed from the marked result channel.
