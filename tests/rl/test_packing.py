@@ -132,18 +132,25 @@ def _cpu_varlen(calls):
     return fn
 
 
+def _use_cpu_varlen(monkeypatch, native_gqa: bool) -> list:
+    """packing's varlen_attn replaced by _cpu_varlen (with `native_gqa` as the probe's answer); returns the list
+    of its calls' (query heads, key/value heads)."""
+    calls: list = []
+    monkeypatch.setitem(packing._VARLEN, "fn", _cpu_varlen(calls))
+    monkeypatch.setitem(packing._VARLEN, "params", ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q",
+                                                    "max_k", "is_causal", "scale"))
+    monkeypatch.setitem(packing._VARLEN, "broken", False)
+    monkeypatch.setitem(packing._VARLEN, "gqa", native_gqa)
+    return calls
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_attention_split_into_head_groups_gives_the_same_values_and_gradients(monkeypatch, native):
     """ATTENTION_HEAD_GROUPS: each group of heads its own varlen call (8 query / 4 key-value heads in 2 and 4
     groups; key/value heads passed as they are or repeated to every query head) gives the one call's output and
     q/k/v gradients (fp64, to 1e-12), and the per-row SDPA path's; a count that does not divide the key/value
     heads (3) runs one call."""
-    calls = []
-    monkeypatch.setitem(packing._VARLEN, "fn", _cpu_varlen(calls))
-    monkeypatch.setitem(packing._VARLEN, "params", ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q",
-                                                    "max_k", "is_causal", "scale"))
-    monkeypatch.setitem(packing._VARLEN, "broken", False)
-    monkeypatch.setitem(packing._VARLEN, "gqa", native)
+    calls = _use_cpu_varlen(monkeypatch, native)
     g = torch.Generator().manual_seed(0)
     q0 = torch.randn(1, 8, 11, 16, generator=g, dtype=torch.float64)
     k0, v0 = (torch.randn(1, 4, 11, 16, generator=g, dtype=torch.float64) for _ in range(2))
@@ -175,12 +182,7 @@ def test_head_groups_split_the_call_only_inside_compiled_layers(monkeypatch):
     """packed_attention on the varlen path: packed_head_groups=2 makes 2 calls of half the heads where the layer is
     being compiled, and one call in an eager layer (where the split's extra ops cost ~30% of the update's time on
     the H200 and it saves the same memory); the output is the same either way."""
-    calls = []
-    monkeypatch.setitem(packing._VARLEN, "fn", _cpu_varlen(calls))
-    monkeypatch.setitem(packing._VARLEN, "params", ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q",
-                                                    "max_k", "is_causal", "scale"))
-    monkeypatch.setitem(packing._VARLEN, "broken", False)
-    monkeypatch.setitem(packing._VARLEN, "gqa", True)
+    calls = _use_cpu_varlen(monkeypatch, True)
     monkeypatch.setattr(packing, "_varlen_applies", lambda device, dtype: True)
     g = torch.Generator().manual_seed(1)
     q = torch.randn(1, 8, 9, 16, generator=g, dtype=torch.float64)
