@@ -178,3 +178,35 @@ def test_a_file_that_expands_past_any_config_is_one_line(text, expected, tmp_pat
         line = _error(capsys, [command, "--config", str(path), "--print-config"])
         assert line == f"agentrl {command}: error: --config {path}: {expected}" or (
             line.startswith(f"agentrl {command}: error: --config {path}: {expected}")), line
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("lr: banana", "RLConfig.lr: expected float, got 'banana'"),
+    ("steps: x", "RLConfig.steps: expected int, got 'x'"),
+    ("resume: 3", "RLConfig.resume: expected true or false, got 3"),
+    ("update:\n  micro_tokens: -5", "RLConfig.micro_tokens: expected an integer >= 0, got -5"),
+    ("learning_rate: inf", "RLConfig.lr: expected a finite number, got inf"),
+])
+def test_eval_refuses_a_training_keys_value_that_train_would_refuse(text, expected, tmp_path, capsys):
+    """eval ignores a train config's training keys, but a value `agentrl train` would refuse is refused here
+    too (it used to be dropped unchecked, so a file could pass eval and then fail train)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    line = _error(capsys, ["eval", "--config", str(path), "--print-config"])
+    assert line.startswith(f"agentrl eval: error: --config {path}: {expected} (a key this command does not use")
+    try:
+        code = main(["train", "--config", str(path), "--print-config"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and expected.split(": ", 1)[1] in capsys.readouterr().err
+
+
+def test_eval_takes_a_train_config_whose_training_keys_are_valid(tmp_path, capsys):
+    """What train takes (text that the flag converts: YAML reads `1e-6` as text) eval takes, and ignores."""
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-6\nsteps: '4'\ngradient_checkpointing: 'yes'\nupdate:\n  micro_tokens: 8192\neval_n: 3\n")
+    assert main(["eval", "--config", str(path), "--print-config"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "eval_n: 3" in out and not any(line.startswith(("lr:", "steps:", "micro_tokens:")) for line in out)
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    assert "lr: 1.0e-06" in capsys.readouterr().out.splitlines()

@@ -162,12 +162,14 @@ def _once(seen: dict[str, str], name: str, written: str, path: str | Path) -> No
 def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
     """The RLConfig values of the YAML file `path` ({flat name: value}; dashed keys read as underscored,
     section mappings flattened), without the fields in `ignore` (a train config given to eval: its
-    training-only keys do not apply).
+    training-only keys do not apply, but their values are still checked, so one file is valid for both
+    commands or for neither).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not YAML, not a mapping, an unknown key (named, with RLConfig's close flat names), or a
-            setting given twice (a repeated key, or two spellings of one setting).
+        ValueError: not YAML, not a mapping, an unknown key (named, with RLConfig's close flat names), a
+            setting given twice (a repeated key, or two spellings of one setting), or an ignored key's value
+            that RLConfig refuses.
     """
     from agentrl.cli.flags import ALIASES
     from agentrl.rl.config import FLAT
@@ -185,9 +187,42 @@ def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[
             hint = f"; did you mean {', '.join(named)}?" if close else "; see `agentrl train --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
         _once(seen, name, written, path)
-        if name not in ignore:
+        if name in ignore:
+            _check_ignored(path, name, value)
+        else:
             values[name] = value
     return values
+
+
+def _check_ignored(path: str | Path, name: str, value: Any) -> None:
+    """Refuse the value of a key the reading command ignores (eval: a training key) as `agentrl train` would:
+    a text value converted by the train flag's type (a file's `lr: 1e-6` is YAML text), then RLConfig's check
+    of that field alone.
+
+    Raises:
+        ValueError: naming the file, the setting and what it expected.
+    """
+    import argparse
+
+    from agentrl.cli.flags import rlconfig_parser
+    from agentrl.rl.config import RLConfig
+
+    action = next(a for a in rlconfig_parser(add_help=False)._actions if a.dest == name and a.option_strings)
+    why = None
+    try:
+        if isinstance(value, str) and callable(action.type):
+            value = action.type(value)
+        RLConfig.from_flat({name: value})
+    except argparse.ArgumentTypeError as e:
+        why = f"RLConfig.{name}: {e}"
+    except (TypeError, ValueError) as e:
+        if str(e).startswith(f"RLConfig.{name}:"):  # its own value, not a check across fields
+            why = str(e)
+        elif isinstance(value, str):  # the flag's type refused the text
+            why = f"RLConfig.{name}: expected {getattr(action.type, '__name__', 'a value')}, got {value!r}"
+    if why:
+        raise ValueError(f"--config {path}: {why} (a key this command does not use, checked so that the file "
+                         "stays valid for `agentrl train`)")
 
 
 def config_file_defaults(argv: list[str], *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
