@@ -218,12 +218,33 @@ def test_what_a_run_deletes_leaves_the_repository(minmax_task, sandbox):
 def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):
     """Coding-tools grades through the hardened grader (plain data at the test boundary): a function returning
     an object whose __eq__ is always True used to pass every hidden `assert f(x) == y` (reward 1.0), and a file
-    that killed its grader at import made the episode unscorable (reward None) instead of 0."""
+    that killed its grader at import made the episode unscorable (reward None) instead of 0. The whole file runs
+    at import (as it would anywhere), so a correct function behind the kill scores 0 too."""
     always_equal = ("class Same:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n\n"
                     "def stack_peak(values):\n    return Same()\n")
     kill_grader = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-    for source, want in ((always_equal, 0.0), (kill_grader, 0.0), (kill_grader + minmax_task.reference, 1.0),
+    for source, want in ((always_equal, 0.0), (kill_grader, 0.0), (kill_grader + minmax_task.reference, 0.0),
                          (minmax_task.reference, 1.0)):
+        env = make_env("coding-tools", sandbox=sandbox)
+        env.reset(minmax_task)
+        env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])
+        env.final_answer("done")
+        assert env.reward() == want, source
+        assert env.stats()["sandbox_errors"] == 0
+
+
+def test_a_correct_file_with_module_level_code_scores_1(minmax_task, sandbox):
+    """The hardened grader rebuilt the file from its definitions and plain assignments only (the python-session
+    rule), so a correct fix scored 0 when it began with `from __future__ import annotations` (placed after the
+    grader's prelude: SyntaxError), filled a table in a module-level loop, or imported in a try/except. The whole
+    file is graded now, as importing it runs it; a module-level loop that breaks the function still scores 0."""
+    ref = minmax_task.reference
+    fixes = ["from __future__ import annotations\n\n" + ref,
+             "_SEEN = {}\nfor _k in range(3):\n    _SEEN[_k] = _k\n\n" + ref + "\nassert _SEEN[2] == 2\n",
+             "try:\n    import math\nexcept ImportError:\n    math = None\n\n" + ref,
+             ref + "\nif __name__ == '__main__':\n    raise SystemExit(1)\n"]
+    broken = ref + "\nfor _name in ['stack_peak']:\n    globals()[_name] = lambda values: 0\n"
+    for source, want in [(f, 1.0) for f in fixes] + [(broken, 0.0)]:
         env = make_env("coding-tools", sandbox=sandbox)
         env.reset(minmax_task)
         env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])

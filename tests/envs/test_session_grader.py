@@ -8,10 +8,10 @@ def test_definitions_keep_defs_imports_and_plain_assignments_only():
         "def broken(:\n    pass",  # a syntax error defined nothing in the session either
         "class Liar(int):\n    def __eq__(self, other):\n        return True",
     ]
-    code, names = definitions(cells)
+    code, names, future = definitions(cells)
     assert "print(" not in code and "assert" not in code and "builtins.len" not in code
     assert "math.pi" not in code and "for i" not in code and "broken" not in code
-    assert {"f", "TABLE", "a", "b", "Liar"} == names
+    assert {"f", "TABLE", "a", "b", "Liar"} == names and future == []
 
 
 def test_harden_guards_every_read_of_agent_names_only():
@@ -27,3 +27,18 @@ def test_hardened_job_uses_a_fresh_random_guard_name():
     assert a.files.keys() == {"solution.py"} and a.module == "solution"
     assert a.tests != b.tests  # the guard's name is not guessable from earlier episodes
     assert a.files["solution.py"].index("def f()") > a.files["solution.py"].index("_snap_b")
+
+
+def test_a_whole_file_keeps_every_statement_and_future_imports_go_first():
+    """A file the agent wrote (coding-tools) runs whole when imported: its module-level loop, `try: import`
+    and expression statements are kept (a session's cells keep only definitions), and `from __future__`
+    imports, in either mode, come out to be put first in the graded file."""
+    src = ("from __future__ import annotations\nimport math\n_T = {}\nfor i in range(3):\n    _T[i] = i\n"
+           "try:\n    import json\nexcept ImportError:\n    json = None\n")
+    code, names, future = definitions([src], whole_file=True)
+    assert future == ["from __future__ import annotations"] and "__future__" not in code
+    assert "for i in range(3)" in code and "try:" in code and {"_T", "i", "json"} <= names
+    code, names, future = definitions([src])
+    assert future == ["from __future__ import annotations"] and "for i" not in code and "try:" not in code
+    job = hardened_job([src], "solution", ("assert _T[2] == 2",), whole_file=True)
+    assert job.files["solution.py"].startswith("from __future__ import annotations\n")

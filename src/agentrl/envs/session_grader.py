@@ -117,13 +117,16 @@ __all__ = _exports{g}(globals())
 '''
 
 
-def definitions(cells: list[str]) -> tuple[str, set[str]]:
-    """The kept top-level statements of `cells` (see module docstring) and the names they define
-    (functions, classes, assigned names; not imported names).
+def definitions(cells: list[str], *, whole_file: bool = False) -> tuple[str, set[str], list[str]]:
+    """The kept top-level statements of `cells` (see module docstring; `whole_file`: every statement, as a file
+    the agent wrote runs when imported), the names they define (functions, classes, assigned names; not
+    imported names), and the `from __future__` imports among them, which the caller must put first in the
+    graded file (Python refuses them after other code).
 
     Cells that do not parse are skipped (they defined nothing in the session either).
     """
     kept: list[str] = []
+    future: list[str] = []
     names: set[str] = set()
     for cell in cells:
         try:
@@ -131,10 +134,13 @@ def definitions(cells: list[str]) -> tuple[str, set[str]]:
         except SyntaxError:
             continue
         for node in tree.body:
-            if _keep(node):
-                kept.append(ast.get_source_segment(cell, node) or ast.unparse(node))
+            text = ast.get_source_segment(cell, node) or ast.unparse(node)
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                future.append(text)
+            elif whole_file or _keep(node):
+                kept.append(text)
                 names |= _bound_names(node)
-    return "\n".join(kept) + "\n", names
+    return "\n".join(kept) + "\n", names, future
 
 
 def _keep(node: ast.stmt) -> bool:
@@ -207,11 +213,13 @@ def _setup_modules(setup: str, tests: tuple[str, ...]) -> list[str]:
 
 def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: str = "",
                  extra_names: tuple[str, ...] = (), timeout_s: float | None = None,
-                 reference: str | None = None) -> TestJob:
+                 reference: str | None = None, whole_file: bool = False) -> TestJob:
     """A TestJob that grades `tests` against the definitions in `cells`, hardened as described above.
 
     Args:
         cells: code the agent ran, in order.
+        whole_file: `cells` is one file the agent wrote (coding-tools): every top-level statement is kept, as
+            importing the file runs them (module-level loops, `try: import ...`), not only definitions.
         module: import name of the graded file (written as `<module>.py`).
         tests: the hidden test snippets (each usually one `assert`).
         setup: code run before each test (e.g. MBPP's test_imports).
@@ -222,14 +230,14 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
     from agentrl.envs import order_insensitive
 
     g = secrets.token_hex(8)
-    code, names = definitions(cells)
+    code, names, future = definitions(cells, whole_file=whole_file)
     pre = "\n".join(f"import {m}" for m in _setup_modules(setup, tests) if m.isidentifier())
     prelude = _PRELUDE.format(g=g, preimports=pre)
     loose: list[str | None] = [None] * len(tests)
     if reference:
         extra, loose = order_insensitive.prelude(g, reference, setup, tests)
         prelude = prelude.replace("# ---- agent code ----\n", extra + "# ---- agent code ----\n")
-    source = prelude + code + _EPILOGUE.format(g=g)
+    source = "".join(f + "\n" for f in future) + prelude + code + _EPILOGUE.format(g=g)
     guard = lambda t: harden_test(t, names | set(extra_names), f"_guard{g}")  # noqa: E731
     wrapped = tuple(
         f"_restore{g}()\n" + (guard(t) if lo is None else order_insensitive.order_free_test(guard(t), guard(lo), i,

@@ -363,12 +363,26 @@ class SourceGradedEnv(ToolEnv):
 
     def _grade_source(self, source: str | None) -> float | None:
         """Grade `source` (None: the file is gone) on the task's hidden tests in the sandbox; None when
-        the sandbox itself failed to grade (after `grade`'s retries): unscorable, not a 0."""
+        the sandbox itself failed to grade (after `grade`'s retries): unscorable, not a 0.
+
+        Hardened grading runs the whole file, as importing it does. Where that fails as the sandbox failing,
+        the file's definitions alone are graded once more: if that grading works, the file's module-level code
+        brought the grader down (it killed the worker, say), which scores 0 as any crash of the code would,
+        instead of making the episode unscorable."""
         assert self.task is not None
         task = self.task
-        job = hardened_job([source or ""], task.module, task.hidden_tests, task.test_setup, extra_names=(task.entry,)) \
-            if self.hardened_grading else source_job(task, source, task.hidden_tests)
+
+        def hardened(whole_file: bool) -> Any:
+            return hardened_job([source or ""], task.module, task.hidden_tests, task.test_setup,
+                                extra_names=(task.entry,), whole_file=whole_file)
+
+        job = hardened(True) if self.hardened_grading else source_job(task, source, task.hidden_tests)
         report = grade(self.sandbox, job)
+        if self.hardened_grading and is_sandbox_failure(report) and \
+                not is_sandbox_failure(grade(self.sandbox, hardened(False), retries=0)):
+            self._hidden_fraction = 0.0
+            self._counts["sandbox_errors"] = 0
+            return 0.0
         self._hidden_fraction = report.fraction
         self._counts["sandbox_errors"] = int(is_sandbox_failure(report))
         if is_sandbox_failure(report):
