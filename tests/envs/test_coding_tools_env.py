@@ -274,3 +274,16 @@ def test_a_chain_of_commands_shares_one_wall_clock_limit(minmax_task):
     assert time.monotonic() - start < 2.5 and "stopped" in r.content  # `timeout` lowers the whole line's limit
     (r,) = env.step([c("Bash", command="ls && pwd && cat s.py")]).results
     assert r.status == "ok" and "time.sleep" in r.content  # quick chains are unaffected
+
+
+def test_a_file_python_cannot_import_scores_0(minmax_task, sandbox):
+    """The grader puts `from __future__` imports first, so a correct fix followed by one (which Python refuses:
+    the shown tests error at collection) scored 1.0."""
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    source = minmax_task.reference + "\nfrom __future__ import annotations\n"
+    results = env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source),
+                        c("Bash", command="python -m pytest -q test_stack_peak.py")]).results
+    assert "must occur at the beginning of the file" in results[2].content, results[2].content
+    env.final_answer("done")
+    assert env.reward() == 0.0

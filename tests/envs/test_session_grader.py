@@ -42,3 +42,22 @@ def test_a_whole_file_keeps_every_statement_and_future_imports_go_first():
     assert future == ["from __future__ import annotations"] and "for i" not in code and "try:" not in code
     job = hardened_job([src], "solution", ("assert _T[2] == 2",), whole_file=True)
     assert job.files["solution.py"].startswith("from __future__ import annotations\n")
+
+
+def test_a_future_import_python_refuses_is_not_moved_into_place():
+    """`from __future__` imports are put first in the graded file, so one that Python refuses (after other code)
+    made a file that cannot be imported (pytest: "from __future__ imports must occur at the beginning of the
+    file") grade as if it could: a correct function behind it scored 1.0. Such a file or cell defines nothing,
+    as a syntax error; a docstring and other future imports before it are fine, as in Python."""
+    for src in ('"""Doc."""\nfrom __future__ import annotations\nfrom __future__ import division\ndef f(): return 1\n',
+                "def f(): return 1\nfrom __future__ import annotations\n",
+                "import os\nfrom __future__ import annotations\ndef f(): return 1\n",
+                '"""Doc."""\n"""Not a docstring."""\nfrom __future__ import annotations\ndef f(): return 1\n'):
+        try:
+            compile(src, "f.py", "exec", dont_inherit=True)
+            python_takes_it = True
+        except SyntaxError:
+            python_takes_it = False
+        for whole_file in (True, False):
+            code, names, future = definitions([src], whole_file=whole_file)
+            assert ("f" in names) == python_takes_it and bool(future) == python_takes_it, (src, whole_file)

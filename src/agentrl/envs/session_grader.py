@@ -123,7 +123,8 @@ def definitions(cells: list[str], *, whole_file: bool = False) -> tuple[str, set
     imported names), and the `from __future__` imports among them, which the caller must put first in the
     graded file (Python refuses them after other code).
 
-    Cells that do not parse are skipped (they defined nothing in the session either).
+    Cells that do not parse are skipped (they defined nothing in the session either), and so are cells with a
+    `from __future__` import after other code, which Python refuses to compile (moved first, it would grade).
     """
     kept: list[str] = []
     future: list[str] = []
@@ -133,14 +134,34 @@ def definitions(cells: list[str], *, whole_file: bool = False) -> tuple[str, set
             tree = parse_quietly(cell)
         except SyntaxError:
             continue
+        if _misplaced_future(tree):
+            continue
         for node in tree.body:
             text = ast.get_source_segment(cell, node) or ast.unparse(node)
-            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            if _is_future(node):
                 future.append(text)
             elif whole_file or _keep(node):
                 kept.append(text)
                 names |= _bound_names(node)
     return "\n".join(kept) + "\n", names, future
+
+
+def _is_future(node: ast.stmt) -> bool:
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__" and not node.level
+
+
+def _misplaced_future(tree: ast.Module) -> bool:
+    """True if a `from __future__` import follows anything but a docstring and other future imports (Python's
+    compiler refuses that; `ast.parse` does not)."""
+    leading = True
+    for i, node in enumerate(tree.body):
+        if _is_future(node):
+            if not leading:
+                return True
+        elif not (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str)):
+            leading = False
+    return False
 
 
 def _keep(node: ast.stmt) -> bool:
