@@ -287,3 +287,16 @@ def test_a_file_python_cannot_import_scores_0(minmax_task, sandbox):
     assert "must occur at the beginning of the file" in results[2].content, results[2].content
     env.final_answer("done")
     assert env.reward() == 0.0
+
+
+def test_a_run_keeps_the_files_it_did_not_remove(minmax_task, sandbox):
+    """A file in a cache folder the read-back does not read (a Write to /repo/__pycache__/notes.py), or one a
+    run turned into a link to a folder, counted as deleted: it vanished from the repository after any Bash."""
+    env = make_env("coding-tools", sandbox=sandbox, max_calls_per_turn=None)
+    env.reset(minmax_task)
+    script = "import os\nos.remove('linked.py')\nos.symlink('/tmp', 'linked.py')\n"
+    results = env.step([c("Write", file_path="/repo/__pycache__/notes.py", content="notes = 1\n"),
+                        c("Write", file_path="/repo/linked.py", content="linked = 1\n"),
+                        c("Write", file_path="/repo/e.py", content=script), c("Bash", command="python e.py")]).results
+    assert [r.status for r in results] == ["ok"] * 4, [r.content for r in results]
+    assert env.files["__pycache__/notes.py"] == "notes = 1\n" and env.files["linked.py"] == "linked = 1\n"

@@ -54,7 +54,22 @@ def test_pytest_forms_really_run(sb):
 def test_return_files_syncs_written_files(sb):
     code = "open('out.txt','w').write('hi')\nimport os\nos.remove('gone.txt')\n"
     r = sb.run({"a.py": code, "gone.txt": "x"}, ["python", "a.py"], return_files=True)
-    assert r.files == {"a.py": code, "out.txt": "hi"}
+    assert r.files == {"a.py": code, "out.txt": "hi"} and r.deleted == ("gone.txt",)
+
+
+def test_only_files_that_are_gone_are_deleted(sb):
+    """RunResult.deleted named given files that were still there: the ones in a cache folder the read-back does
+    not enter (__pycache__, .pytest_cache), a file turned into a link to a folder, and the files of a folder
+    turned into one (coding-tools then dropped them from the repository). Removed files, also under a folder
+    removed whole or turned into a file, are gone."""
+    code = ("import os, shutil\nos.remove('a.py')\nos.symlink('/tmp', 'a.py')\nshutil.rmtree('pkg')\n"
+            "os.symlink('/tmp', 'pkg')\nos.remove('x.py')\nshutil.rmtree('sub')\nopen('sub', 'w').write('')\n")
+    given = {"s.py": code, "a.py": "a\n", "pkg/b.py": "b\n", "__pycache__/n.py": "n\n", "d/.pytest_cache/v": "v\n",
+             "x.py": "x\n", "sub/c.py": "c\n", "sub/deep/e.py": "e\n"}
+    r = sb.run(given, ["python", "s.py"], return_files=True)
+    assert r.exit_code == 0, r.stderr
+    assert r.deleted == ("sub/c.py", "sub/deep/e.py", "x.py")
+    assert sorted(r.files) == ["s.py", "sub"]
 
 
 def test_bad_file_paths_are_rejected(sb):
@@ -168,3 +183,28 @@ def test_exit_reasons_are_named():
     assert "file-size limit" in exit_reason(-25)
     assert "SIGKILL" in exit_reason(-9)
     assert exit_reason(3) == "exit code 3" and exit_reason(None) == "exit code None"
+
+
+def test_files_under_a_folder_the_read_back_cannot_list_are_not_deleted(tmp_path, monkeypatch):
+    """Not root, the job's uid is the caller's: a job that made a folder (or the work dir) unlistable left its
+    files unseen, so every given file in it, the source file too, counted as deleted."""
+    from agentrl.sandbox.process import gone, read_back
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.py").write_text("a\n")
+    (tmp_path / "b.py").write_text("b\n")
+    scandir = os.scandir
+
+    def refuse(path, locked=str(tmp_path / "sub")):
+        if os.fspath(path) == locked:
+            raise PermissionError(13, "Permission denied", locked)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    present: set[str] = set()
+    assert read_back(str(tmp_path), None, present=present) == {"b.py": "b\n"}
+    assert not gone("sub/a.py", present) and not gone("b.py", present) and gone("c.py", present)
+    refuse.__defaults__ = (str(tmp_path),)  # the work dir itself
+    present = set()
+    read_back(str(tmp_path), None, present=present)
+    assert not gone("b.py", present) and not gone("sub/a.py", present)

@@ -325,13 +325,18 @@ def make_workdir(parent: str, files: dict[str, str], uid: int | None) -> str:
     return workdir
 
 
+_CACHE_DIRS = ("__pycache__", ".pytest_cache")  # read_back returns none of their files
+
+
 def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
               present: set[str] | None = None) -> dict[str, str]:
     """The work dir's UTF-8 text files after a run (path -> text), never following links.
 
-    `present`, when given, receives the relative path of every file-like entry the walk met (regular files,
-    links, devices, ... skipped ones too, not folders): a path given to the run and absent from it was deleted
-    (or its folder replaced by something the walk does not enter), where one only skipped is still there.
+    `present`, when given, receives the relative path of every entry that is not a folder the walk entered:
+    files (skipped ones too, and those in the cache folders it does not read), links (to folders too), devices,
+    ...; and, with a trailing "/", every folder it could not enter (a link to one, or one it could not list,
+    the work dir itself as "./"), under which nothing is known to be gone. A given path that is in neither was
+    deleted (see `gone`); one only skipped is still there.
 
     Skips symlinks, hard-linked files, files not owned by the job uid, binaries and large files,
     so a hostile child cannot make the (root) parent read a file outside the work dir; and files whose
@@ -340,30 +345,59 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
     given back and no observation could show.
     """
     out: dict[str, str] = {}
-    for dirpath, dirs, names in os.walk(workdir, followlinks=False):
-        dirs[:] = [d for d in dirs if d not in ("__pycache__", ".pytest_cache")]
+
+    def unlisted(e: OSError) -> None:  # a folder that is gone (the work dir itself, say) holds nothing
+        if present is not None and e.filename is not None and not isinstance(e, FileNotFoundError):
+            present.add(os.path.relpath(e.filename, workdir) + "/")
+
+    for dirpath, dirs, names in os.walk(workdir, onerror=unlisted, followlinks=False):
+        cache = any(part in _CACHE_DIRS for part in os.path.relpath(dirpath, workdir).split(os.sep))
+        if present is None:  # nothing to learn in the caches: skip them
+            dirs[:] = [d for d in dirs if d not in _CACHE_DIRS]
+        else:
+            for d in dirs:
+                path = os.path.join(dirpath, d)
+                if os.path.islink(path):  # os.walk lists it as a folder and does not enter it
+                    rel = os.path.relpath(path, workdir)
+                    present.update((rel, rel + "/"))
         for n in names:
             path = os.path.join(dirpath, n)
             rel = os.path.relpath(path, workdir)
             if present is not None:
                 present.add(rel)
-            if file_path_problem(rel):
-                continue
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if (not (st.st_mode & 0o170000 == 0o100000) or st.st_nlink != 1
-                        or st.st_size > max_file_bytes or (uid is not None and st.st_uid != uid)):
-                    continue
-                data = f.read(max_file_bytes + 1)
-            try:
-                out[rel] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
+            text = None if cache or file_path_problem(rel) else _read_text(path, uid, max_file_bytes)
+            if text is not None:
+                out[rel] = text
     return out
+
+
+def _read_text(path: str, uid: int | None, max_file_bytes: int) -> str | None:
+    """The UTF-8 text of the regular file at `path`, or None (a link, hard-linked, another owner's, too large,
+    binary, gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if (not (st.st_mode & 0o170000 == 0o100000) or st.st_nlink != 1
+                or st.st_size > max_file_bytes or (uid is not None and st.st_uid != uid)):
+            return None
+        data = f.read(max_file_bytes + 1)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def gone(path: str, present: frozenset[str] | set[str]) -> bool:
+    """True if the given file `path` is no longer in the work dir `read_back` walked (`present`, its argument):
+    nothing is at its path, and no folder above it was one the walk could not enter."""
+    norm = os.path.normpath(path)
+    if norm in present:
+        return False
+    parts = norm.split("/")
+    return "./" not in present and not any("/".join(parts[:i]) + "/" in present for i in range(1, len(parts)))
 
 
 class Capture:

@@ -19,7 +19,7 @@ from agentrl.sandbox.api import RunResult, SandboxLimits, TestJob, TestOutcome, 
 from agentrl.sandbox.guarantees import exit_signal, limit_hits, notices
 from agentrl.sandbox.oneshot import RawRun, run_fresh
 from agentrl.sandbox.pool import WarmPool, ZygoteError
-from agentrl.sandbox.process import Backend, make_backend
+from agentrl.sandbox.process import Backend, gone, make_backend
 from agentrl.sandbox.repl import PythonSession
 from agentrl.sandbox.uid_reach import sandbox_tmp_base
 
@@ -137,7 +137,7 @@ class Sandbox:
         hits = limit_hits(self.limits, exit_code=raw.exit_code, timed_out=raw.timed_out, timeout_s=timeout_s,
                           wall_clock_s=raw.wall_clock_s, stderr=raw.stderr, truncated=raw.truncated)
         deleted = () if raw.present is None or given is None else tuple(sorted(
-            p for p in given if os.path.normpath(p) not in raw.present))
+            p for p in given if gone(p, raw.present)))
         return RunResult(raw.exit_code, raw.stdout, raw.stderr, raw.timed_out, raw.wall_clock_s,
                          raw.truncated, self.backend, raw.files, raw.error, hits, deleted)
 
