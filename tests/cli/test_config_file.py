@@ -210,3 +210,36 @@ def test_eval_takes_a_train_config_whose_training_keys_are_valid(tmp_path, capsy
     assert "eval_n: 3" in out and not any(line.startswith(("lr:", "steps:", "micro_tokens:")) for line in out)
     assert main(["train", "--config", str(path), "--print-config"]) == 0
     assert "lr: 1.0e-06" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("text", [
+    "adv_mode: none\ngroup_size: 1",  # group_size 1 is refused with the default adv_mode (grpo) only
+    "group_size: 16\nminibatches: 100",  # 100 minibatches need 100 episodes a step: 8 x 16 here, 8 x 8 by default
+    "async_rollouts: true\nrollout_workers: 2",  # workers need async_rollouts
+    "preset: quick\nupdate:\n  minibatches: 2",
+])
+def test_eval_takes_training_keys_that_are_valid_together(text, tmp_path, capsys):
+    """eval checked each training key alone, against the defaults of the others, so it refused a file that
+    `agentrl train` takes because its training keys are valid together."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    assert main(["eval", "--config", str(path), "--print-config"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("adv_mode: grpo\ngroup_size: 1", "RLConfig.group_size: adv_mode 'grpo' needs group_size >= 2, got 1"),
+    ("group_size: 4\nminibatches: 40", "RLConfig.minibatches: 40 minibatches need at least as many episodes"),
+    ("sampler: fast\nlora_r: 8", "RLConfig.lora_r: expected 0 with --sampler fast"),
+])
+def test_eval_refuses_training_keys_that_train_refuses_together(text, expected, tmp_path, capsys):
+    """Checked alone, each of these keys was valid, so eval took a file that train refuses."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    line = _error(capsys, ["eval", "--config", str(path), "--print-config"])
+    assert line.startswith(f"agentrl eval: error: --config {path}: {expected}"), line
+    try:
+        code = main(["train", "--config", str(path), "--print-config"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and expected.split(": ", 1)[1] in capsys.readouterr().err

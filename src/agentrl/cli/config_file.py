@@ -178,6 +178,7 @@ def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[
     # TRL's names are keys too (learning_rate: 1e-5 is lr), as they are flags
     aliases = {a[2:].replace("-", "_"): name for name, names in ALIASES.items() for a in names}
     values: dict[str, Any] = {}
+    ignored: dict[str, Any] = {}
     seen: dict[str, str] = {}
     for written, key, value in _flatten(_load_mapping(path), path):
         name = aliases.get(str(key).replace("-", "_"), str(key).replace("-", "_"))
@@ -187,42 +188,78 @@ def read_config_file(path: str | Path, *, ignore: tuple[str, ...] = ()) -> dict[
             hint = f"; did you mean {', '.join(named)}?" if close else "; see `agentrl train --print-config`"
             raise ValueError(f"--config {path}: unknown key {key!r}{hint}")
         _once(seen, name, written, path)
-        if name in ignore:
-            _check_ignored(path, name, value)
-        else:
-            values[name] = value
+        (ignored if name in ignore else values)[name] = value
+    if ignored:
+        _check_ignored(path, ignored, values)
     return values
 
 
-def _check_ignored(path: str | Path, name: str, value: Any) -> None:
-    """Refuse the value of a key the reading command ignores (eval: a training key) as `agentrl train` would:
-    a text value converted by the train flag's type (a file's `lr: 1e-6` is YAML text), then RLConfig's check
-    of that field alone.
+def _check_ignored(path: str | Path, ignored: dict[str, Any], used: dict[str, Any]) -> None:
+    """Refuse the file if `agentrl train --config FILE` would, for its keys the reading command ignores (`ignored`;
+    eval: the training keys; `used`: the file's other values): text values converted by the train flags' types
+    (a file's `lr: 1e-6` is YAML text), then RLConfig's checks of the whole file as train reads it (the file's
+    preset under it), so training keys valid together (`adv_mode: none` with `group_size: 1`) pass, and ones
+    refused together (`group_size: 4` with `minibatches: 40`) do not. A check that names a setting the reading
+    command uses is left to that command (its flags and defaults decide those).
 
     Raises:
         ValueError: naming the file, the setting and what it expected.
     """
+    import re
+
+    from agentrl.cli.train import preset_defaults
+    from agentrl.rl.config import RLConfig
+
+    def refuse(why: str) -> None:
+        raise ValueError(f"--config {path}: {why} (a key this command does not use, checked so that the file "
+                         "stays valid for `agentrl train`)")
+
+    flat = _as_train_reads(ignored, used, refuse)
+    preset = flat.get("preset")
+    base = preset_defaults(["--config", str(path), *(["--preset", preset] if isinstance(preset, str) else [])],
+                           file_keys=flat)
+    while True:
+        try:
+            RLConfig.from_flat({**base, **flat})
+            return
+        except (TypeError, ValueError) as e:
+            m = re.match(r"RLConfig\.([\w*]+)", str(e))
+            names = m.group(1).split("*") if m else []
+            if names and all(n in ignored for n in names):
+                refuse(str(e))
+            if not any(n in flat and n not in ignored for n in names):
+                return  # not the training keys' doing, or not attributable: the reading command's own checks
+            for n in names:
+                if n not in ignored:  # a setting the reading command uses: check the rest without it
+                    flat.pop(n, None)
+                    base.pop(n, None)
+
+
+def _as_train_reads(ignored: dict[str, Any], used: dict[str, Any], refuse: Any) -> dict[str, Any]:
+    """The file's values (`used` and `ignored`) as `agentrl train` reads them: text converted by its flag's type
+    (argparse converts a text default with the type of the flag's first action: `--x`, not `--no-x`). A text the
+    type refuses calls `refuse(why)` for an ignored key and is left out for a used one (its command names it)."""
     import argparse
 
     from agentrl.cli.flags import rlconfig_parser
-    from agentrl.rl.config import RLConfig
 
-    action = next(a for a in rlconfig_parser(add_help=False)._actions if a.dest == name and a.option_strings)
-    why = None
-    try:
-        if isinstance(value, str) and callable(action.type):
-            value = action.type(value)
-        RLConfig.from_flat({name: value})
-    except argparse.ArgumentTypeError as e:
-        why = f"RLConfig.{name}: {e}"
-    except (TypeError, ValueError) as e:
-        if str(e).startswith(f"RLConfig.{name}:"):  # its own value, not a check across fields
-            why = str(e)
-        elif isinstance(value, str):  # the flag's type refused the text
-            why = f"RLConfig.{name}: expected {getattr(action.type, '__name__', 'a value')}, got {value!r}"
-    if why:
-        raise ValueError(f"--config {path}: {why} (a key this command does not use, checked so that the file "
-                         "stays valid for `agentrl train`)")
+    actions: dict[str, Any] = {}
+    for a in rlconfig_parser(add_help=False)._actions:
+        if a.option_strings:
+            actions.setdefault(a.dest, a)
+    flat: dict[str, Any] = {}
+    for name, value in {**used, **ignored}.items():
+        action = actions.get(name)
+        if isinstance(value, str) and action is not None and callable(action.type):
+            try:
+                value = action.type(value)
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+                if name in ignored:
+                    refuse(f"RLConfig.{name}: {e}" if isinstance(e, argparse.ArgumentTypeError) else
+                           f"RLConfig.{name}: expected {getattr(action.type, '__name__', 'a value')}, got {value!r}")
+                continue
+        flat[name] = value
+    return flat
 
 
 def config_file_defaults(argv: list[str], *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
