@@ -274,3 +274,14 @@ def test_an_environment_failure_message_never_quotes_hidden_data():
     assert task.hidden_tests[-1] not in public_failure(leaked, task)
     assert public_failure(leaked, task).startswith("AssertionError (message withheld")
     assert public_failure(OSError("disk full"), task) == "OSError: disk full"
+
+
+def test_a_tool_name_longer_than_the_wire_takes_is_sent_clipped():
+    """The chat parser keeps any name the model writes; RemoteEnv.step raised pydantic's ValidationError for one
+    over MAX_NAME_CHARS (the wire's limit), so the rollout ended in env_error (an environment bug, unscorable)
+    instead of a malformed unknown-tool call."""
+    from agentrl.envs.base import ToolCall
+    from agentrl.serve.env.types import MAX_NAME_CHARS, ToolCallModel
+
+    wire = ToolCallModel.from_call(ToolCall("R" * (MAX_NAME_CHARS + 50), {}, raw="<tool_call>...</tool_call>"))
+    assert wire.name == "R" * MAX_NAME_CHARS and wire.raw == "<tool_call>...</tool_call>"

@@ -57,8 +57,10 @@ class ToolCallModel(BaseModel):
 
     @classmethod
     def from_call(cls, call: ToolCall) -> ToolCallModel:
-        """The wire form of an agentrl ToolCall."""
-        return cls(name=call.name, arguments=dict(call.arguments), raw=call.raw, malformed=call.malformed)
+        """The wire form of an agentrl ToolCall. A name over MAX_NAME_CHARS (the model writes it; no tool has one
+        that long) is clipped, so it reaches the server as an unknown tool instead of failing the step here."""
+        return cls(name=call.name[:MAX_NAME_CHARS], arguments=dict(call.arguments), raw=call.raw,
+                   malformed=call.malformed)
 
 
 class ToolResultModel(BaseModel):
