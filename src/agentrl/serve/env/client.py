@@ -9,6 +9,7 @@ sessions); the task list comes from OpenEnv's task API over HTTP.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import threading
 import time
@@ -18,8 +19,9 @@ from typing import Any
 from openenv.core.client_types import StepResult as OpenEnvStepResult
 from openenv.core.env_client import EnvClient
 
-from agentrl.envs.base import Env, Observation, StepResult, ToolCall
+from agentrl.envs.base import Env, Observation, StepResult, ToolCall, ToolResult
 from agentrl.serve.env.types import (
+    MAX_CALLS_PER_ACTION,
     AgentrlAction,
     AgentrlObservation,
     AgentrlState,
@@ -202,8 +204,16 @@ class RemoteEnv(Env):
         return res
 
     def step(self, calls: list[ToolCall]) -> StepResult:
-        """One turn's calls, run on the server in order."""
-        return self._send(AgentrlAction(calls=[ToolCallModel.from_call(c) for c in calls]), list(calls))
+        """One turn's calls, run on the server in order. Past MAX_CALLS_PER_ACTION (the wire's limit per action)
+        a model's calls are not sent: each comes back "failed" unrun, as calls past an environment's own
+        max_calls_per_turn do, instead of the request being refused and the episode ending in an error."""
+        calls = list(calls)
+        sent, unsent = calls[:MAX_CALLS_PER_ACTION], calls[MAX_CALLS_PER_ACTION:]
+        res = self._send(AgentrlAction(calls=[ToolCallModel.from_call(c) for c in sent]), sent)
+        if not unsent:
+            return res
+        why = f"Error: at most {MAX_CALLS_PER_ACTION} tool calls per turn reach a served environment; call not run."
+        return dataclasses.replace(res, results=res.results + tuple(ToolResult(c, "failed", why) for c in unsent))
 
     def final_answer(self, text: str) -> StepResult:
         """A turn without calls: ends the episode on the server."""
