@@ -215,6 +215,17 @@ def test_what_a_run_deletes_leaves_the_repository(minmax_task, sandbox):
     assert env.reward() == 0.0
 
 
+def _assert_final_source_scores(task, sandbox, source, want):
+    """A coding-tools episode that writes `source` as the task's source file and stops scores `want`, with no
+    sandbox error."""
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(task)
+    env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])
+    env.final_answer("done")
+    assert env.reward() == want, source
+    assert env.stats()["sandbox_errors"] == 0
+
+
 def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):
     """Coding-tools grades through the hardened grader (plain data at the test boundary): a function returning
     an object whose __eq__ is always True used to pass every hidden `assert f(x) == y` (reward 1.0), and a file
@@ -225,12 +236,7 @@ def test_a_source_that_games_the_hidden_tests_scores_0(minmax_task, sandbox):
     kill_grader = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
     for source, want in ((always_equal, 0.0), (kill_grader, 0.0), (kill_grader + minmax_task.reference, 0.0),
                          (minmax_task.reference, 1.0)):
-        env = make_env("coding-tools", sandbox=sandbox)
-        env.reset(minmax_task)
-        env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])
-        env.final_answer("done")
-        assert env.reward() == want, source
-        assert env.stats()["sandbox_errors"] == 0
+        _assert_final_source_scores(minmax_task, sandbox, source, want)
 
 
 def test_a_correct_file_with_module_level_code_scores_1(minmax_task, sandbox):
@@ -245,12 +251,7 @@ def test_a_correct_file_with_module_level_code_scores_1(minmax_task, sandbox):
              ref + "\nif __name__ == '__main__':\n    raise SystemExit(1)\n"]
     broken = ref + "\nfor _name in ['stack_peak']:\n    globals()[_name] = lambda values: 0\n"
     for source, want in [(f, 1.0) for f in fixes] + [(broken, 0.0)]:
-        env = make_env("coding-tools", sandbox=sandbox)
-        env.reset(minmax_task)
-        env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=source)])
-        env.final_answer("done")
-        assert env.reward() == want, source
-        assert env.stats()["sandbox_errors"] == 0
+        _assert_final_source_scores(minmax_task, sandbox, source, want)
 
 
 def test_a_chain_of_commands_shares_one_wall_clock_limit(minmax_task):

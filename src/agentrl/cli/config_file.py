@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,6 @@ def _check_ignored(path: str | Path, ignored: dict[str, Any], used: dict[str, An
     """
     import re
 
-    from agentrl.cli.train import preset_defaults
     from agentrl.rl.config import RLConfig
 
     def refuse(why: str) -> None:
@@ -260,6 +260,31 @@ def _as_train_reads(ignored: dict[str, Any], used: dict[str, Any], refuse: Any) 
                 continue
         flat[name] = value
     return flat
+
+
+# flags that say where and with which seed a run goes, not what it trains: with only these, `agentrl train`
+# is still the demo (`agentrl train --seed 1 --out runs/s1`, as results/README.md measures it); and
+# --print-config, which prints what the same command without it would run
+WHERE_FLAGS = ("--seed", "--out", "--resume", "--no-resume", "--print-config")
+
+
+def preset_defaults(argv: list[str], file_keys: Iterable[str] = ()) -> dict[str, Any]:
+    """The defaults `agentrl train ARGV` starts from: the values of `--preset NAME` (agentrl.rl.config.PRESETS),
+    "demo" when ARGV and the --config file's keys (`file_keys`, flat names) set only WHERE_FLAGS (so
+    `train --print-config` prints the demo that `train` runs, and a file holding only `seed: 3` is
+    `train --seed 3`), else none ({}: RLConfig's own defaults). An unknown name gives {} here and
+    argparse's "invalid choice" error when the flag is parsed."""
+    from agentrl.rl.config import PRESETS
+
+    given = [a.split("=", 1)[0].replace("_", "-") for a in argv if a.startswith("--")]
+    given = [f for f in given if f != "--config"] + ["--" + k.replace("_", "-") for k in file_keys]
+    name = "demo" if all(f in WHERE_FLAGS for f in given) else None
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--preset="):
+            name = arg.split("=", 1)[1]
+    return {**PRESETS[name], "preset": name} if name in PRESETS else {}
 
 
 def config_file_defaults(argv: list[str], *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -9,8 +9,10 @@ data-parallel run (agentrl.scale.train.train_data_parallel); with --rollout-work
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
 from typing import Any
+
+# where `agentrl train`'s preset defaults are decided (shared with eval's check of a train config)
+from agentrl.cli.config_file import WHERE_FLAGS, preset_defaults  # noqa: F401
 
 
 def register(subparsers: Any) -> None:
@@ -31,31 +33,6 @@ def register(subparsers: Any) -> None:
     add_config_flags(p)
     p.defaults_from_argv = train_defaults
     p.set_defaults(func=main)
-
-
-# flags that say where and with which seed a run goes, not what it trains: with only these, `agentrl train`
-# is still the demo (`agentrl train --seed 1 --out runs/s1`, as results/README.md measures it); and
-# --print-config, which prints what the same command without it would run
-WHERE_FLAGS = ("--seed", "--out", "--resume", "--no-resume", "--print-config")
-
-
-def preset_defaults(argv: list[str], file_keys: Iterable[str] = ()) -> dict[str, Any]:
-    """The defaults `agentrl train ARGV` starts from: the values of `--preset NAME` (agentrl.rl.config.PRESETS),
-    "demo" when ARGV and the --config file's keys (`file_keys`, flat names) set only WHERE_FLAGS (so
-    `train --print-config` prints the demo that `train` runs, and a file holding only `seed: 3` is
-    `train --seed 3`), else none ({}: RLConfig's own defaults). An unknown name gives {} here and
-    argparse's "invalid choice" error when the flag is parsed."""
-    from agentrl.rl.config import PRESETS
-
-    given = [a.split("=", 1)[0].replace("_", "-") for a in argv if a.startswith("--")]
-    given = [f for f in given if f != "--config"] + ["--" + k.replace("_", "-") for k in file_keys]
-    name = "demo" if all(f in WHERE_FLAGS for f in given) else None
-    for i, arg in enumerate(argv):
-        if arg == "--preset" and i + 1 < len(argv):
-            name = argv[i + 1]
-        elif arg.startswith("--preset="):
-            name = arg.split("=", 1)[1]
-    return {**PRESETS[name], "preset": name} if name in PRESETS else {}
 
 
 def train_defaults(argv: list[str]) -> dict[str, Any]:

@@ -287,7 +287,7 @@ def test_a_tool_name_longer_than_the_wire_takes_is_sent_clipped():
     assert wire.name == "R" * MAX_NAME_CHARS and wire.raw == "<tool_call>...</tool_call>"
 
 
-def test_more_calls_in_a_turn_than_the_wire_takes_fail_unrun_not_the_episode(server):
+def test_more_calls_in_a_turn_than_the_wire_takes_fail_unrun_not_the_episode():
     """A model can write more than MAX_CALLS_PER_ACTION tool calls in one turn (a few tokens each); RemoteEnv.step
     raised pydantic's ValidationError for the action, ending the rollout in env_error. The calls past the limit
     now come back "failed" unrun, as calls past an environment's own max_calls_per_turn do."""
@@ -295,16 +295,17 @@ def test_more_calls_in_a_turn_than_the_wire_takes_fail_unrun_not_the_episode(ser
     from agentrl.serve.env.client import RemoteEnv, fetch_tasks, stub_task
     from agentrl.serve.env.types import MAX_CALLS_PER_ACTION
 
-    url, _ = server
-    env = RemoteEnv(url)
-    try:
-        env.reset(stub_task(fetch_tasks(url, "heldout")[0]))
-        n = MAX_CALLS_PER_ACTION + 6
-        res = env.step([ToolCall("run_python", {"code": f"x{i} = {i}"}) for i in range(n)])
-        assert len(res.results) == n and not res.done
-        assert [r.call.arguments["code"] for r in res.results] == [f"x{i} = {i}" for i in range(n)]
-        assert all(r.status == "failed" and "call not run" in r.content for r in res.results[MAX_CALLS_PER_ACTION:])
-        assert res.results[0].status == "ok"  # the first calls ran on the server (up to its own per-turn limit)
-        assert env.final_answer("done").done
-    finally:
-        env.close()
+    cfg = EnvServerConfig(env="python-session", tasks="mbpp", train_size=1, eval_size=1, port=0)
+    with BackgroundServer(cfg) as url:  # a server of its own: the module's is drained by an earlier test
+        env = RemoteEnv(url)
+        try:
+            env.reset(stub_task(fetch_tasks(url, "heldout")[0]))
+            n = MAX_CALLS_PER_ACTION + 6
+            res = env.step([ToolCall("run_python", {"code": f"x{i} = {i}"}) for i in range(n)])
+            assert len(res.results) == n and not res.done
+            assert [r.call.arguments["code"] for r in res.results] == [f"x{i} = {i}" for i in range(n)]
+            assert all(r.status == "failed" and "call not run" in r.content for r in res.results[MAX_CALLS_PER_ACTION:])
+            assert res.results[0].status == "ok"  # the first calls ran on the server (up to its own per-turn limit)
+            assert env.final_answer("done").done
+        finally:
+            env.close()
