@@ -117,11 +117,9 @@ class AgentrlParser(argparse.ArgumentParser):
             if any(arg == o or arg.startswith(o + "=") for arg in argv for o in action.option_strings):
                 continue  # the command line overrides it
             try:
-                action.type(value)
-            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
-                why = str(e) if isinstance(e, argparse.ArgumentTypeError) else (
-                    f"expected {getattr(action.type, '__name__', 'a value')}, got {value!r}")
-                self.error(f"setting {dest!r} from {self.defaults_source}, not the command line: {why}")
+                convert_text_default(action, value)
+            except ValueError as e:
+                self.error(f"setting {dest!r} from {self.defaults_source}, not the command line: {e}")
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
         ns, extras = self.parse_known_args(args, namespace)
@@ -133,6 +131,23 @@ class AgentrlParser(argparse.ArgumentParser):
         """Print this parser's usage and `prog: error: message` once to stderr; exit 2."""
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def convert_text_default(action: argparse.Action, value: Any) -> Any:
+    """`value` as argparse would hand it on when it is `action`'s default: a str converted by the action's
+    `type` (argparse converts text defaults late, with the flag's type), anything else as it is.
+
+    Raises:
+        ValueError: the type refuses the text; its message is the type's own (argparse.ArgumentTypeError) or
+            "expected TYPE, got 'TEXT'".
+    """
+    if not isinstance(value, str) or not callable(action.type):
+        return value
+    try:
+        return action.type(value)
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+        raise ValueError(str(e) if isinstance(e, argparse.ArgumentTypeError) else
+                         f"expected {getattr(action.type, '__name__', 'a value')}, got {value!r}") from None
 
 
 def known_flags(parser: argparse.ArgumentParser) -> list[str]:

@@ -239,8 +239,7 @@ def _as_train_reads(ignored: dict[str, Any], used: dict[str, Any], refuse: Any) 
     """The file's values (`used` and `ignored`) as `agentrl train` reads them: text converted by its flag's type
     (argparse converts a text default with the type of the flag's first action: `--x`, not `--no-x`). A text the
     type refuses calls `refuse(why)` for an ignored key and is left out for a used one (its command names it)."""
-    import argparse
-
+    from agentrl.cli.args import convert_text_default
     from agentrl.cli.flags import rlconfig_parser
 
     actions: dict[str, Any] = {}
@@ -249,16 +248,11 @@ def _as_train_reads(ignored: dict[str, Any], used: dict[str, Any], refuse: Any) 
             actions.setdefault(a.dest, a)
     flat: dict[str, Any] = {}
     for name, value in {**used, **ignored}.items():
-        action = actions.get(name)
-        if isinstance(value, str) and action is not None and callable(action.type):
-            try:
-                value = action.type(value)
-            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
-                if name in ignored:
-                    refuse(f"RLConfig.{name}: {e}" if isinstance(e, argparse.ArgumentTypeError) else
-                           f"RLConfig.{name}: expected {getattr(action.type, '__name__', 'a value')}, got {value!r}")
-                continue
-        flat[name] = value
+        try:
+            flat[name] = value if name not in actions else convert_text_default(actions[name], value)
+        except ValueError as e:
+            if name in ignored:
+                refuse(f"RLConfig.{name}: {e}")
     return flat
 
 

@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 # where `agentrl train`'s preset defaults are decided (shared with eval's check of a train config)
-from agentrl.cli.config_file import WHERE_FLAGS, preset_defaults  # noqa: F401
+from agentrl.cli.config_file import preset_defaults
 
 
 def register(subparsers: Any) -> None:

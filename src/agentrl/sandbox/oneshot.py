@@ -35,7 +35,7 @@ class RawRun:
     events: list[dict]
     files: dict[str, str] | None = None
     error: str | None = None
-    present: frozenset[str] | None = None  # with files: every file-like path left in the work dir (read_back)
+    present: frozenset[str] | None = None  # with files: what read_back's walk met (its `present`; see `gone`)
 
 
 def parse_events(raw: bytes, marker: str) -> list[dict]:
