@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 import traceback
+from typing import NamedTuple
 
 import torch
 from _common import Table, device_meta, free, is_oom, make_model, model_name, target, target_text
@@ -81,7 +82,8 @@ def make_batch(model, rows: int, length: int, prompt: int, segment: int, group: 
     return TrainBatch(ids, am, pm, old.float(), adv, rewards)
 
 
-def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, compiled: bool = False) -> dict:
+def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, compiled: bool = False,
+               offload: bool = False) -> dict:
     free(args.device)
     if compiled:  # as in a process of its own (the trainer's case): no dynamo cache entries or recompile counts
         torch._dynamo.reset()  # left by earlier rows' models (2026-12-04: rows after others ran 10-27% slower)
@@ -95,7 +97,7 @@ def run_config(args, dtype: str, gc: str, method: str, micro_tokens: int = 0, co
     cfg = RLConfig.from_flat(micro=args.micro, minibatches=args.minibatches, logprob_chunk_rows=args.chunk_rows,
                    prompts_per_step=args.rows // args.group, group_size=args.group, dtype=dtype,
                    gradient_checkpointing=gc != "off", lr=1e-6, pack_rows=method == "packed",
-                   micro_tokens=micro_tokens)
+                   micro_tokens=micro_tokens, activation_offloading="on" if offload else "off")
     opt = update.adamw(model.parameters(), lr=cfg.update.lr)  # the trainer's (fused on CUDA)
     saved = update.policy_logprobs
     update.policy_logprobs = naive_logprobs if method == "naive" else policy_logprobs
@@ -178,28 +180,44 @@ LONG_RUN_STEPS = 1000
 
 def default_spec(device: str) -> str:
     """RLConfig's default update on `device` as an --extra-rows spec: bf16 (the GPU runs'), its checkpointing and
-    token budget, and `:compile` where its compile_layers resolves on there for a long run (the trainer's own
-    agentrl.rl.update.resolve_compile_layers: on CUDA with "auto"), e.g. bf16:on:16384:compile."""
+    token budget, `:compile` where its compile_layers resolves on there for a long run (the trainer's own
+    agentrl.rl.update.resolve_compile_layers: on CUDA with "auto") and `:offload` where its activation_offloading
+    does (agentrl.rl.offload.resolve_activation_offloading: on CUDA with checkpointing), e.g.
+    bf16:on:16384:compile:offload."""
     cfg = RLConfig()
     u = cfg.update
     compiled = update.resolve_compile_layers(u.compile_layers, device, LONG_RUN_STEPS)
-    return f"bf16:{'on' if u.gradient_checkpointing else 'off'}:{u.micro_tokens}" + (":compile" if compiled else "")
+    offload = update.resolve_activation_offloading(u.activation_offloading, device, u.gradient_checkpointing)
+    return (f"bf16:{'on' if u.gradient_checkpointing else 'off'}:{u.micro_tokens}" + (":compile" if compiled else "")
+            + (":offload" if offload else ""))
 
 
-def parse_extra(spec: str, device: str = "cpu") -> tuple[str, str, int, bool, int]:
-    """DTYPE:GC:MICRO_TOKENS[:compile][:hgN], or "default" (default_spec(device)) -> (dtype, gc, micro_tokens,
-    compiled, head_groups): `hgN` runs each layer's packed attention as N calls of a group of heads each
-    (agentrl.rl.packing.ATTENTION_HEAD_GROUPS; default: the module's value). Raises ValueError."""
+class Extra(NamedTuple):
+    """An --extra-rows spec read by parse_extra."""
+    dtype: str
+    gc: str
+    micro_tokens: int
+    compiled: bool
+    head_groups: int
+    offload: bool
+
+
+def parse_extra(spec: str, device: str = "cpu") -> Extra:
+    """DTYPE:GC:MICRO_TOKENS[:compile][:offload][:hgN], or "default" (default_spec(device)) -> Extra: `hgN` runs
+    each layer's packed attention as N calls of a group of heads each (agentrl.rl.packing.ATTENTION_HEAD_GROUPS;
+    default: the module's value), `offload` keeps the saved activations in host memory
+    (RLConfig.update.activation_offloading on; rows without it run it off). Raises ValueError."""
     spec = default_spec(device) if spec == "default" else spec
     parts = spec.split(":")
+    head, tail = parts[:3], parts[3:]
     groups = packing.ATTENTION_HEAD_GROUPS
-    if len(parts) > 3 and parts[-1][:2] == "hg" and parts[-1][2:].isdigit() and int(parts[-1][2:]) >= 1:
-        groups = int(parts.pop()[2:])
-    if not 3 <= len(parts) <= 4 or parts[1] not in ("off", "on") or not parts[2].isdigit() or parts[3:] not in (
-            [], ["compile"]):
-        raise ValueError(f"--extra-rows {spec!r}: expected DTYPE:off|on:MICRO_TOKENS[:compile][:hgN] or default, "
-                         "e.g. bf16:off:32768 or bf16:on:16384:compile:hg2")
-    return dtype_arg(parts[0]), parts[1], int(parts[2]), len(parts) == 4, groups
+    if tail and tail[-1][:2] == "hg" and tail[-1][2:].isdigit() and int(tail[-1][2:]) >= 1:
+        groups = int(tail.pop()[2:])
+    flags = [f for f in ("compile", "offload") if f in tail]
+    if len(head) < 3 or head[1] not in ("off", "on") or not head[2].isdigit() or tail != flags:
+        raise ValueError(f"--extra-rows {spec!r}: expected DTYPE:off|on:MICRO_TOKENS[:compile][:offload][:hgN] or "
+                         "default, e.g. bf16:off:32768 or bf16:on:16384:compile:offload")
+    return Extra(dtype_arg(head[0]), head[1], int(head[2]), "compile" in tail, groups, "offload" in tail)
 
 
 def extra_row(args, spec: str, naive: dict) -> dict:
@@ -210,12 +228,12 @@ def extra_row(args, spec: str, naive: dict) -> dict:
     RLConfig's default here."""
     default = default_spec(args.device)
     spec = default if spec == "default" else spec
-    dtype, gc, budget, compiled, groups = parse_extra(spec)
+    dtype, gc, budget, compiled, groups, offload = parse_extra(spec)
     saved_groups, packing.ATTENTION_HEAD_GROUPS = packing.ATTENTION_HEAD_GROUPS, groups
     row: dict = {"dtype": dtype, "grad_ckpt": gc, "micro_tok": budget, "compiled": "yes" if compiled else "",
                  "rows": args.rows, "extra": spec, "rlconfig_default": spec == default}
     try:
-        r = run_config(args, dtype, gc, "packed", micro_tokens=budget, compiled=compiled)
+        r = run_config(args, dtype, gc, "packed", micro_tokens=budget, compiled=compiled, offload=offload)
         row.update(tokens=r["tokens"], policy_tok=r["policy_tokens"], packed_all_tok_s=r["all_tok_s"],
                    packed_peak_gib=r["peak_gib"], packed_above_gib=r["above_gib"], warm_s=r["warm_s"])
         if (dtype, gc) in naive:
@@ -288,13 +306,14 @@ def main() -> int:
     p.add_argument("--gc", nargs="+", default=["off", "on"], choices=["off", "on"])
     p.add_argument("--methods", nargs="+", default=["packed", "padded", "naive"], choices=["packed", "padded", "naive"])
     p.add_argument("--extra-rows", dest="extra_rows", nargs="*", default=[],
-                   help="packed-only rows after the main ones, each DTYPE:GC:MICRO_TOKENS[:compile][:hgN]: token-budget "
-                        "microbatches (RLConfig.micro_tokens; 0 = --micro rows), `compile` = decoder layers "
-                        "compiled (agentrl.rl.update.compile_decoder_layers), `hgN` = each layer's packed attention "
-                        "in N head groups (agentrl.rl.packing.ATTENTION_HEAD_GROUPS), e.g. bf16:off:32768 "
-                        "bf16:off:0:compile bf16:on:16384:compile:hg2; "
-                        "or `default`: RLConfig's default update on --device (bf16:on:16384:compile on CUDA, "
-                        "compile_layers auto resolved for a long run)")
+                   help="packed-only rows after the main ones, each DTYPE:GC:MICRO_TOKENS[:compile][:offload][:hgN]: "
+                        "token-budget microbatches (RLConfig.micro_tokens; 0 = --micro rows), `compile` = decoder "
+                        "layers compiled (agentrl.rl.update.compile_decoder_layers), `offload` = saved activations "
+                        "in host memory (RLConfig.activation_offloading on; off in every other row), `hgN` = each "
+                        "layer's packed attention in N head groups (agentrl.rl.packing.ATTENTION_HEAD_GROUPS), e.g. "
+                        "bf16:off:32768 bf16:off:0:compile bf16:on:16384:compile:offload; "
+                        "or `default`: RLConfig's default update on --device (bf16:on:16384:compile:offload on "
+                        "CUDA: compile_layers and activation_offloading auto resolved for a long run)")
     args = p.parse_args()
     if args.rows % args.group or args.prompt >= 3 * args.length // 4:
         p.error("--rows must be a multiple of --group, and --prompt < 3/4 --length")

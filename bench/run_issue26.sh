@@ -167,15 +167,15 @@ else
   part ragged 90 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory);
-  # `default`: RLConfig's default update as it runs here (since 2026-12-04 compiled: bf16:on:16384:compile; its
-  # warm-up pays the ~25 s compile, hence 40 s more than the 110 s the eager rows took); then item 5's memory
-  # candidates, compiled (each ~5-10 s with inductor's cache warm): the default's attention in 2 and 4 head groups
-  # (packing.ATTENTION_HEAD_GROUPS, 1 by default: the backward's FlashAttention transients scale with the heads of
-  # one call), and 12k-token microbatches; 3 timed updates per row, their median (one update of ~0.8 s had varied by
-  # 15% between sessions)
+  # `default`: RLConfig's default update as it runs here (compiled layers since 2026-12-04, activation offloading
+  # since the fifteenth session: bf16:on:16384:compile:offload; its warm-up pays the ~25 s compile); then item 5's
+  # candidates, compiled (each ~5-10 s with inductor's cache warm): the default without offloading (the fourteenth
+  # session's default), 24k-token microbatches with offloading (larger microbatches in the memory offloading frees),
+  # and the attention in 2 head groups (0.299x, but 5-10% slower); 3 timed updates per row, their median (one update
+  # of ~0.8 s had varied by 15% between sessions)
   part update 240 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --repeats 3 \
-    --extra-rows default bf16:off:16384 bf16:on:16384 bf16:on:32768 bf16:on:16384:compile:hg2 \
-    bf16:on:16384:compile:hg4 bf16:on:12288:compile
+    --extra-rows default bf16:off:16384 bf16:on:16384 bf16:on:32768 bf16:on:16384:compile \
+    bf16:on:24576:compile:offload bf16:on:16384:compile:hg2
   # step: the static KV cache given back during the update (release_kv vmm, the FastSampler's default on CUDA: to the
   # device at the same addresses; allocator: to PyTorch's cache) and kept (off); step_tok: RLConfig's default update
   # (16k-token microbatches) with the sampler's default and with the cache kept

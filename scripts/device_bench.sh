@@ -61,7 +61,7 @@ case "$cmd" in
   test)
     env_for_bench; site || exit 3
     python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/rollout/test_kv_release.py \
-      tests/rollout/test_triton_decode.py tests/rl/test_packing.py "$@" 2>&1 | tail -n 15
+      tests/rollout/test_triton_decode.py tests/rl/test_packing.py tests/rl/test_offload.py "$@" 2>&1 | tail -n 15
     ;;
   *) echo "usage: device_bench.sh prepare | run DEADLINE_S [PART...] | sh CMD [ARG...] | test [PYTEST_ARGS...]" >&2; exit 2 ;;
 esac

@@ -9,19 +9,21 @@ import pytest
 
 def test_the_default_row_is_compiled_on_cuda_and_eager_on_the_cpu():
     assert bench_update.default_spec("cpu") == "bf16:on:16384"
-    assert bench_update.default_spec("cuda") == "bf16:on:16384:compile"
+    assert bench_update.default_spec("cuda") == "bf16:on:16384:compile:offload"
     groups = bench_update.packing.ATTENTION_HEAD_GROUPS
-    assert bench_update.parse_extra("default", "cuda") == ("bf16", "on", 16384, True, groups)
-    assert bench_update.parse_extra("default") == ("bf16", "on", 16384, False, groups)
+    assert bench_update.parse_extra("default", "cuda") == ("bf16", "on", 16384, True, groups, True)
+    assert bench_update.parse_extra("default") == ("bf16", "on", 16384, False, groups, False)
     assert bench_update.LONG_RUN_STEPS >= bench_update.update.COMPILE_PAYBACK_STEPS
-    for bad in ("bf16:on:16384:fast", "bf16:on:16384:hg0", "bf16:on:16384:compile:hg", "bf16:on:hg2"):
+    for bad in ("bf16:on:16384:fast", "bf16:on:16384:hg0", "bf16:on:16384:compile:hg", "bf16:on:hg2",
+                "bf16:on:16384:offload:compile", "bf16:on:16384:compile:compile"):
         with pytest.raises(ValueError, match="or default"):
             bench_update.parse_extra(bad)
 
 
 def test_head_groups_suffix_sets_the_rows_attention_split():
-    assert bench_update.parse_extra("bf16:on:16384:compile:hg2") == ("bf16", "on", 16384, True, 2)
-    assert bench_update.parse_extra("bf16:on:12288:hg4") == ("bf16", "on", 12288, False, 4)
+    assert bench_update.parse_extra("bf16:on:16384:compile:hg2") == ("bf16", "on", 16384, True, 2, False)
+    assert bench_update.parse_extra("bf16:on:12288:hg4") == ("bf16", "on", 12288, False, 4, False)
+    assert bench_update.parse_extra("bf16:on:12288:offload:hg4") == ("bf16", "on", 12288, False, 4, True)
 
 
 def _figure(rows, prefix):

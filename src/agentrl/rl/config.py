@@ -104,7 +104,7 @@ class RLConfig:
             raise ValueError("RLConfig.report_to: expected one of 'none', 'tensorboard', 'trackio', 'wandb', "
                              f"got {v.report_to!r}")
         for name, choices in (("warm_start", ("none", "sft")), ("preset", ("", *PRESETS)),
-                              ("compile_layers", COMPILE_LAYERS)):
+                              ("compile_layers", COMPILE_LAYERS), ("activation_offloading", COMPILE_LAYERS)):
             if getattr(v, name) not in choices:
                 raise ValueError(f"RLConfig.{name}: expected one of {', '.join(map(repr, choices))}, "
                                  f"got {getattr(v, name)!r}")
@@ -317,7 +317,7 @@ TRAIN_ONLY: tuple[str, ...] = (
     "gradient_checkpointing", "steps", "max_train_s", "eval_every", "checkpoint_every", "keep_checkpoints", "resume",
     "rollout_workers", "worker_launcher", "ray_graders",  # agentrl.scale's training sessions
     "warm_start", "warm_start_tasks", "warm_start_epochs", "warm_start_lr", "warm_start_batch", "preset",
-    "pack_rows", "compile_layers",  # the update's trunk (agentrl.rl.packing, rl.update.compile_decoder_layers)
+    "pack_rows", "compile_layers", "activation_offloading",  # the update's trunk (agentrl.rl.packing, rl.update.compile_decoder_layers)
     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_merge",  # a LoRA folder loads as it is
     "async_rollouts", "max_staleness", "is_correction", "is_cap",  # rollouts overlapping updates
 )

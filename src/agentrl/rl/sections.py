@@ -19,13 +19,14 @@ from agentrl.rollout.samplers import SAMPLERS, sampler_help
 
 ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
 COMPILE_LAYERS: tuple[str, ...] = ("auto", "on", "off")  # UpdateSection.compile_layers
+ACTIVATION_OFFLOADING = COMPILE_LAYERS  # UpdateSection.activation_offloading: the same choices, read alike
 
 
 def compile_layers_arg(value: Any) -> Any:
-    """UpdateSection.compile_layers' value as given (flag, config file, Python) -> "auto" | "on" | "off": the
-    field was a boolean before 2026-12-04, so True / False and their spellings (true/false, yes/no, 1/0, any
-    case) read as on / off; a choice in another case is lowered; anything else is returned unchanged, for the
-    choices check to name it."""
+    """UpdateSection.compile_layers' (and activation_offloading's) value as given (flag, config file, Python) ->
+    "auto" | "on" | "off": compile_layers was a boolean before 2026-12-04, so True / False and their spellings
+    (true/false, yes/no, 1/0, any case) read as on / off; a choice in another case is lowered; anything else is
+    returned unchanged, for the choices check to name it."""
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, str):
@@ -194,6 +195,13 @@ class UpdateSection:
         "(H200, Qwen3-0.6B bf16 with the default microbatches and checkpointing: 69k tokens/s, 1.8x the eager "
         "update; bench/README.md). A bare --compile-layers is on, --no-compile-layers off.",
         COMPILE_LAYERS, compile_layers_arg, bools=("on", "off"))
+    activation_offloading: str = flag_field(
+        "auto", "Keep what the update's forward saves for backward outside the checkpointed layers (each layer's "
+        "input) in pinned host memory, copied out and back on a side stream that overlaps the compute (agentrl.rl."
+        "offload; the gradient is unchanged): auto | on | off. auto: on when the policy is on CUDA and checkpoints "
+        "its layers; on: on CUDA whatever the checkpointing (without it every activation crosses the host link). "
+        "A bare --activation-offloading is on, --no-activation-offloading off.",
+        ACTIVATION_OFFLOADING, compile_layers_arg, bools=("on", "off"))
     gradient_checkpointing: bool = flag_field(True, "Recompute trunk activations in backward (saves memory, costs time; "
                                              "on by default as in TRL's GRPOConfig: with --micro-tokens it lets "
                                              "microbatches be large; a model that cannot checkpoint trains "
@@ -208,6 +216,7 @@ class UpdateSection:
 
     def __post_init__(self) -> None:  # frozen: a config file's or a caller's True / "false" stored as "on" / "off"
         object.__setattr__(self, "compile_layers", compile_layers_arg(self.compile_layers))
+        object.__setattr__(self, "activation_offloading", compile_layers_arg(self.activation_offloading))
 
 
 @dataclass(frozen=True)

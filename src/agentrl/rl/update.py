@@ -35,6 +35,7 @@ from agentrl.models.lora import reference
 from agentrl.rl.batch import TrainBatch
 from agentrl.rl.logprobs import policy_logprobs
 from agentrl.rl.loss import policy_loss
+from agentrl.rl.offload import offloaded, resolve_activation_offloading
 from agentrl.rl.sections import COMPILE_LAYERS
 
 log = logging.getLogger("agentrl")
@@ -89,7 +90,8 @@ def accumulate_gradients(
         batch: the minibatch (any N rows).
         cfg: an RLConfig: its update section's micro (micro_tokens > 0: token-budget microbatches instead,
             see microbatch_rows), clip_low, clip_high, kl_coef, logprob_chunk_rows, pack_rows (padding-free
-            trunk where agentrl.rl.packing.packable allows, else the padded forward); its sampling
+            trunk where agentrl.rl.packing.packable allows, else the padded forward), activation_offloading
+            (agentrl.rl.offload.resolve_activation_offloading, with the model's own checkpointing); its sampling
             section's temperature, top_k, top_p.
         normalizer: the minibatch's policy-token count (callers pass batch.num_policy_tokens).
         ref_model: frozen reference, required when cfg.update.kl_coef > 0: a frozen copy, or (LoRA) an
@@ -108,12 +110,15 @@ def accumulate_gradients(
     pack = None if cfg.update.pack_rows else False
     active = torch.arange(batch.num_rows) if kl_on else (batch.advantages != 0).nonzero().flatten().cpu()
     totals: dict[str, float] = {"loss": 0.0, "tokens_trained": 0.0}
+    offload = resolve_activation_offloading(cfg.update.activation_offloading, next(model.parameters()).device,
+                                            layers_checkpointed(model))
     with compiled_layers_active():  # layers compiled for the update run compiled here only
         for rows in microbatch_rows(active, batch.attention_mask.sum(1), cfg.update.micro, cfg.update.micro_tokens):
             mb = batch.select(rows)
             if mb.num_policy_tokens == 0:
                 continue
-            loss, st = _microbatch_loss(model, mb, cfg, normalizer, ref_model if kl_on else None, pack)
+            with offloaded(model, offload):  # saved activations in host memory (agentrl.rl.offload)
+                loss, st = _microbatch_loss(model, mb, cfg, normalizer, ref_model if kl_on else None, pack)
             loss.backward()
             totals["loss"] += float(loss.detach())
             totals["tokens_trained"] += st["tokens"]
@@ -322,6 +327,13 @@ def enable_gradient_checkpointing(model: nn.Module) -> None:
     else:
         raise ValueError(f"enable_gradient_checkpointing: {type(model).__name__} supports no activation checkpointing")
     model.train()
+
+
+def layers_checkpointed(model: nn.Module) -> bool:
+    """Whether any of `model`'s modules (an HF model's decoder layers, plain or under peft) runs checkpointed:
+    HF's `gradient_checkpointing` attribute set True by enable_gradient_checkpointing, whatever the transformers
+    version calls the model-level property."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def checkpoint_if_configured(cfg: Any, model: nn.Module) -> bool:
