@@ -61,16 +61,17 @@ def ragged_budgets(batch: int, max_new: int, seed: int, min_new: int | None = No
     return [rng.randint(lo, max_new) for _ in range(batch)]
 
 
+MODES = ("full", "continuous", "ragged", "ragged_fine", "no_compact")
 FINE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  # x1.5 / x1.33 steps
 
 
 def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[int, ...] | None = None,
-             max_batch: int | None = None) -> dict:
+             max_batch: int | None = None, admit_rows: int | None = None) -> dict:
     """Warm-up call, then --repeats timed calls and a 1-token call of one FastSampler (`max_batch` rows at a
-    time, default all): tokens and seconds."""
+    time, default all; `admit_rows` as FastSampler's, default its own): tokens and seconds."""
     fs = FastSampler(model, stop_ids=(), pad_id=0, cfg=SamplingConfig(max_new_tokens=max(budgets)),
                      max_batch=max_batch or len(contexts), keep_kv=args.keep_kv, share_prompts=False,
-                     check_every=check_every, bucket_sizes=buckets)
+                     check_every=check_every, bucket_sizes=buckets, admit_rows=admit_rows)
     t0 = time.perf_counter()
     fs(contexts, budgets)  # warm-up: cache allocation, graph captures of every bucket this run reaches
     warm_s, captures, capture_s = time.perf_counter() - t0, fs.stats["graph_captures"], fs.stats["capture_ms"] / 1e3
@@ -113,7 +114,7 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
-COLUMNS = [("mode", ""), ("batch", "d"), ("requests", "d"), ("tokens", "d"), ("steps", "d"), ("occupancy", ".3f"),
+COLUMNS = [("mode", ""), ("batch", "d"), ("requests", "d"), ("admit_rows", "d"), ("tokens", "d"), ("steps", "d"), ("occupancy", ".3f"),
            ("checks", "d"), ("admits", "d"),
            ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
            ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f"),
@@ -136,9 +137,14 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="timed calls per mode (median)")
     p.add_argument("--keep-kv", dest="keep_kv", action="store_true", help="keep finished rows' KV (off: decode only)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
+                   help="rows to run (full always runs first: every other row is a ratio to it)")
+    p.add_argument("--admit-rows", dest="admit_rows", type=int, nargs="*", default=[],
+                   help="extra continuous rows `continuous_kK`, FastSampler(admit_rows=K) (the continuous row: "
+                        "its default, max(1, batch // 16))")
     args = p.parse_args()
-    if args.batch < 1 or args.max_new < 4 or args.repeats < 1:
-        p.error("need --batch >= 1, --max-new >= 4, --repeats >= 1")
+    if args.batch < 1 or args.max_new < 4 or args.repeats < 1 or any(k < 1 for k in args.admit_rows):
+        p.error("need --batch >= 1, --max-new >= 4, --repeats >= 1, --admit-rows >= 1")
     model = make_model(args.config, args.dtype, args.device, tiny=args.tiny)
     contexts = make_contexts(args.batch, args.ctx, model.config.vocab_size, seed=args.seed)
     ragged = ragged_budgets(args.batch, args.max_new, args.seed, args.min_new)
@@ -149,15 +155,23 @@ def main() -> int:
     table = Table("bench_ragged", COLUMNS, meta)
     res: dict[str, dict] = {}
     # full first: every later row's vs_full is known when it is printed
-    for mode, budgets, check, buckets in (("full", full, 16, None), ("continuous", many_budgets, 16, None),
-                                          ("ragged", ragged, 16, None), ("ragged_fine", ragged, 16, FINE_BUCKETS),
-                                          ("no_compact", ragged, 10**9, None)):
-        ctxs = many if mode == "continuous" else contexts
+    plan = {"full": (full, 16, None, None), "continuous": (many_budgets, 16, None, None),
+            **{f"continuous_k{k}": (many_budgets, 16, None, k) for k in args.admit_rows},
+            "ragged": (ragged, 16, None, None), "ragged_fine": (ragged, 16, FINE_BUCKETS, None),
+            "no_compact": (ragged, 10**9, None, None)}
+    wanted = {"full", *args.modes, *(f"continuous_k{k}" for k in args.admit_rows)}
+    for mode, (budgets, check, buckets, admit) in plan.items():
+        if mode not in wanted:
+            continue
+        ctxs = many if mode.startswith("continuous") else contexts
         row = {"mode": mode, "batch": args.batch, "requests": len(ctxs), "min_new": min(budgets),
                "max_new": max(budgets)}
+        if mode.startswith("continuous"):
+            row["admit_rows"] = admit or FastSampler.default_admit_rows(args.batch)
         free(args.device)
         try:
-            res[mode] = r = run_mode(model, ctxs, budgets, args, check, buckets, max_batch=args.batch)
+            res[mode] = r = run_mode(model, ctxs, budgets, args, check, buckets, max_batch=args.batch,
+                                     admit_rows=admit)
             row.update(r)
             if "full" in res:
                 row["vs_full"] = r["dec_tok_s"] / res["full"]["dec_tok_s"]

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from agentrl.rl.sections import ACTIVATION_OFFLOADING
+
 MIN_OFFLOAD_BYTES = 1 << 20  # smaller saved tensors (per-token indices, norms' statistics) are not worth a copy
 
 

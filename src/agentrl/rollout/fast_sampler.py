@@ -179,6 +179,11 @@ class FastSampler:
         ValueError: unsupported architecture (see module doc), or bad arguments.
     """
 
+    @staticmethod
+    def default_admit_rows(max_batch: int) -> int:
+        """admit_rows when not given: max(1, max_batch // 16), e.g. 8 for 128 slots."""
+        return max(1, max_batch // 16)
+
     def __init__(self, model: Any, *, stop_ids: tuple[int, ...], pad_id: int, cfg: SamplingConfig | None = None,
                  max_batch: int = 256, use_cuda_graphs: bool | None = None, prefill_tokens: int = 16384,
                  check_every: int = 16, length_multiple: int = 128, min_graph_steps: int = 24,
@@ -213,7 +218,7 @@ class FastSampler:
         self.stop = torch.tensor(sorted(set(int(s) for s in stop_ids)), dtype=torch.long, device=self.device)
         self._stops = set(self.stop.tolist())
         self.max_batch, self.prefill_tokens, self.check_every = max_batch, prefill_tokens, check_every
-        self.admit_rows = max(1, max_batch // 16) if admit_rows is None else int(admit_rows)
+        self.admit_rows = self.default_admit_rows(max_batch) if admit_rows is None else int(admit_rows)
         if self.admit_rows < 1:
             raise ValueError(f"FastSampler: admit_rows must be >= 1, got {admit_rows!r}")
         self.length_multiple, self.min_graph_steps = length_multiple, min_graph_steps
