@@ -164,7 +164,8 @@ else
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
   part attention_ragged 60 bench_decode_attention --batches 64 256 --ragged --forms sdpa triton \
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
-  part ragged 90 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 1
+  # 3 timed calls per row, their median: one call's figure spread 0.856-0.933 across sessions (2026-12-04)
+  part ragged 120 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 3
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory);
   # `default`: RLConfig's default update as it runs here (compiled layers since 2026-12-04, activation offloading
