@@ -52,6 +52,8 @@ HOSTILE = {
     "patched module at import": "import math\ndef _patch():\n    math.isclose = lambda *a, **k: True\n    return 1\n"
                                 "_ok = _patch()\ndef square(x):\n    return 0",
     "patched module at call time": "import math\ndef square(x):\n    math.isclose = lambda *a, **k: True\n    return 0",
+    "liar defined in a kept if block": "if True:\n    class Yes:\n        def __eq__(self, o):\n            return True\n"
+                                       "    def square(x):\n        return Yes()",
     "liar reached through map": "class Yes:\n    def __eq__(self, o):\n        return True\n    def __hash__(self):\n"
                                 "        return 1\n    def __lt__(self, o):\n        return False\n"
                                 "def square(x):\n    return Yes()",
@@ -65,6 +67,15 @@ def test_session_state_cannot_forge_a_pass(env, name):
     env.final_answer("done")
     # square returns 0 (or a liar): only math.isclose at call time could pass one test, and not even that
     assert env.reward() == 0.0, name
+
+
+def test_a_fallback_import_around_a_definition_grades_as_in_the_session(env):
+    env.reset(SQUARE)
+    (r,) = env.step([run("try:\n    from operator import mul as _mul\nexcept ImportError:\n    def _mul(a, b):\n"
+                         "        return a * b\ndef square(x):\n    return _mul(x, x)\nprint(square(3))")]).results
+    assert r.content == "9"
+    env.final_answer("done")
+    assert env.reward() == 1.0  # was 0.0: the try block was dropped, so _mul was undefined when graded
 
 
 def test_live_session_patches_do_not_reach_grading(env):

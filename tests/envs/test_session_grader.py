@@ -39,7 +39,8 @@ def test_a_whole_file_keeps_every_statement_and_future_imports_go_first():
     assert future == ["from __future__ import annotations"] and "__future__" not in code
     assert "for i in range(3)" in code and "try:" in code and {"_T", "i", "json"} <= names
     code, names, future = definitions([src])
-    assert future == ["from __future__ import annotations"] and "for i" not in code and "try:" not in code
+    assert future == ["from __future__ import annotations"] and "for i" not in code
+    assert "try:" in code and "json" in names  # a try block made only of kept statements (below)
     job = hardened_job([src], "solution", ("assert _T[2] == 2",), whole_file=True)
     assert job.files["solution.py"].startswith("from __future__ import annotations\n")
 
@@ -61,3 +62,24 @@ def test_a_future_import_python_refuses_is_not_moved_into_place():
         for whole_file in (True, False):
             code, names, future = definitions([src], whole_file=whole_file)
             assert ("f" in names) == python_takes_it and bool(future) == python_takes_it, (src, whole_file)
+
+
+def test_session_cells_keep_try_and_if_blocks_made_only_of_definitions():
+    """A fallback import (`try: from math import lcm` / `except ImportError: def lcm...`) or a version check around
+    definitions defines names the session has, so a correct function relying on it must grade as in the session
+    (it scored 0: the block was dropped, so the name was undefined). A block with anything else in it (a call, a
+    loop, an attribute assignment) is dropped whole, as at the top level."""
+    cells = ["import sys\ntry:\n    from math import lcm\nexcept ImportError:\n    def lcm(a, b):\n"
+             "        g = a\n        return g\nelse:\n    pass\nfinally:\n    LOADED = True\n",
+             "if sys.version_info >= (3, 8):\n    def f(x):\n        local_name = lcm(x, 6)\n        return local_name\n"
+             "else:\n    f = None\n",
+             "try:\n    import json\n    print('loaded')\nexcept ImportError:\n    pass\n",
+             "if True:\n    import builtins\n    builtins.len = None\n",
+             "if True:\n    for i in range(3):\n        pass\n"]
+    code, names, _ = definitions(cells)
+    assert "from math import lcm" in code and "def f(x)" in code and "LOADED = True" in code
+    assert "print(" not in code and "builtins.len" not in code and "for i" not in code
+    assert names == {"lcm", "LOADED", "f"}  # not a def's locals (g, local_name), not dropped blocks' names
+    ns: dict = {}
+    exec(code, ns)  # noqa: S102 - the test's own code
+    assert ns["f"](4) == 12

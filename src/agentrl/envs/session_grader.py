@@ -3,8 +3,9 @@
 What it does (the method, with its limits, is documented in docs/envs.md):
 1. The graded module is rebuilt from the agent's code, never taken from the live session: the
    top-level imports, function and class definitions, and assignments to plain names of every cell
-   that parsed, in the order they ran. Expression statements, asserts, loops, attribute/subscript
-   assignments (`builtins.len = ...`, `math.pi = ...`) are dropped.
+   that parsed, in the order they ran, and `try` / `if` blocks made only of those (a fallback when an
+   import fails). Expression statements, asserts, loops, attribute/subscript assignments
+   (`builtins.len = ...`, `math.pi = ...`) are dropped.
 2. It runs in a fresh sandbox process (agentrl.sandbox.run_tests), behind a prelude that snapshots
    builtins and every loaded module before any agent code runs, and an epilogue that restores them.
 3. Each test is rewritten with `ast` so that every read of a name the agent defined goes through a
@@ -164,6 +165,19 @@ def _misplaced_future(tree: ast.Module) -> bool:
     return False
 
 
+# compound statements a session cell keeps when every statement in them is kept (or `pass`): `try: import x
+# except ImportError: x = None`, `if sys.version_info >= (3, 9): from math import lcm else: def lcm(...)`
+_BLOCKS: tuple[type, ...] = (ast.Try, ast.If) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def _block_bodies(node: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists of a _BLOCKS node: body, else, finally and every handler's body."""
+    bodies = [node.body, node.orelse]
+    if not isinstance(node, ast.If):
+        bodies += [node.finalbody, *(h.body for h in node.handlers)]
+    return bodies
+
+
 def _keep(node: ast.stmt) -> bool:
     if isinstance(node, _KEPT):
         return True
@@ -171,6 +185,9 @@ def _keep(node: ast.stmt) -> bool:
         return all(_plain_target(t) for t in node.targets)
     if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
         return isinstance(node.target, ast.Name)
+    if isinstance(node, _BLOCKS):  # a definition made conditionally, e.g. a fallback when an import fails
+        return all(isinstance(s, ast.Pass) or (not _is_future(s) and _keep(s))
+                   for body in _block_bodies(node) for s in body)
     return False
 
 
@@ -185,6 +202,8 @@ def _bound_names(node: ast.stmt) -> set[str]:
         return {node.name}
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return set()  # imported stdlib names are not the agent's values; the snapshot restores modules
+    if isinstance(node, _BLOCKS):  # statement by statement: a def's own locals are not module names
+        return set().union(*(_bound_names(s) for body in _block_bodies(node) for s in body))
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
