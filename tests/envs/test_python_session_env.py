@@ -134,3 +134,25 @@ def test_grader_keeps_plain_python_semantics(sandbox):
     assert _graded(sandbox, counter, ("assert count('aab') == {'a': 2, 'b': 1}",)) == ["pass"]
     obj = "class P:\n    pass\ndef make():\n    return P()"
     assert _graded(sandbox, obj, ("assert make() is not None",)) == ["error"]  # not plain data: a clear TypeError
+
+
+# Hacks that reached the grader from inside its own process while the tests ran beside the agent's module: the
+# guard found through globals() and replaced, and the harness's per-test runner patched so that every test passes.
+IN_PROCESS_HACKS = {
+    "guard replaced through globals()": "class Yes:\n    def __eq__(self, o):\n        return True\n"
+                                        "def _swap():\n    g = globals()\n    for k in list(g):\n"
+                                        "        if k.startswith('_guard'):\n            g[k] = lambda o: o\n    return 1\n"
+                                        "_ok = _swap()\ndef square(x):\n    return Yes()",
+    "harness runner patched": "import sys\n_m = sys.modules['__main__']\n"
+                              "_ok = setattr(_m, '_run_one_test', lambda *a, **k: ('pass', ''))\n"
+                              "def square(x):\n    return 0",
+}
+
+
+@pytest.mark.parametrize("name", list(IN_PROCESS_HACKS))
+def test_code_in_the_graded_module_cannot_reach_the_test_comparisons(env, name):
+    """The tests compare in a process that the agent's code never runs in, so neither hack passes a test."""
+    env.reset(SQUARE)
+    env.step([run(IN_PROCESS_HACKS[name])])
+    env.final_answer("done")
+    assert env.reward() == 0.0, name
