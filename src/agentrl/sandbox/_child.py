@@ -13,10 +13,12 @@ Every job reports through a result fd as JSON lines that carry the per-call mark
 text goes to stdout/stderr and is never parsed by the parent.
 """
 
+import builtins
 import ctypes
 import importlib
 import json
 import os
+import re
 import resource
 import runpy
 import select
@@ -28,6 +30,7 @@ import traceback
 # Bound at launcher start, before repository code runs: a module that patches builtins.exec,
 # json or os.write cannot silence the harness or rewrite its reports.
 _exec, _compile, _write, _isinstance = exec, compile, os.write, isinstance
+_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _MSG_CAP = 4000
@@ -79,16 +82,26 @@ def drop_privileges(uid):
     _prctl(_PR_SET_DUMPABLE, 0)  # same-uid jobs cannot ptrace this process or read its memory
 
 
-def apply_limits(limits, extra_processes=0):
-    """Set rlimits (CPU s, address space bytes, file size bytes, processes, no core files)."""
+def apply_limits(limits, extra_processes=0, processes=True):
+    """Set rlimits (CPU s, address space bytes, file size bytes, processes, no core files).
+
+    processes=False leaves RLIMIT_NPROC alone: the checker of an isolated grading, which runs no job code
+    and forks the agent process (that one sets it, with limit_processes).
+    """
     cpu = int(limits["cpu_s"])
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_bytes"],) * 2)
+    if processes:
+        limit_processes(limits, extra_processes)
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
+
+
+def limit_processes(limits, extra_processes=0):
+    """RLIMIT_NPROC: the job's new processes, plus itself and `extra_processes` of its uid (0: none at all)."""
     nproc = int(limits["max_processes"])
     nproc = 0 if nproc == 0 else nproc + 1 + extra_processes
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
 
 
 def _encode(value):
@@ -132,16 +145,24 @@ def _on_alarm(signum, frame):
     raise _TestTimeout()
 
 
-def _run_one_test(i, spec):
+def _run_one_test(i, spec, agent=None):
+    """Test i in a fresh namespace; with `agent` (an isolated job), the module's names are its stand-ins."""
     ns = {"__name__": "__agentrl_test__"}
     signal.setitimer(signal.ITIMER_REAL, float(spec["test_timeout_s"]))
     try:
+        if agent is not None:
+            agent.bind(ns)
         if spec["setup"]:
             _exec(_compile(spec["setup"], "<test setup>", "exec"), ns)
-        _exec("from {} import *".format(spec["module"]), ns)
+        if agent is None:
+            _exec("from {} import *".format(spec["module"]), ns)
+        else:
+            ns[AGENT_VALUE] = agent.value
         _exec(_compile(spec["tests"][i], f"<test {i}>", "exec"), ns)
         return "pass", ""
     except _TestTimeout:  # the wording of agentrl.sandbox.api.LimitHit.notice (this file imports only stdlib)
+        if agent is not None:
+            agent.stop()  # it may still be running the call that timed out: a fresh one serves the next test
         return "timeout", "[stopped: wall-clock limit of {:g} s per test reached]".format(float(spec["test_timeout_s"]))
     except MemoryError:
         mem = (spec.get("limits") or {}).get("memory_bytes")
@@ -155,9 +176,11 @@ def _run_one_test(i, spec):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def run_tests(spec, report):
+def run_tests(spec, report, extra_processes=0):
     """The grader: import the module once, then each test in a fresh namespace."""
     signal.signal(signal.SIGALRM, _on_alarm)
+    if spec.get("isolate"):
+        return run_isolated(spec, report, extra_processes)
     sys.path.insert(0, spec["workdir"])
     sys.argv = [spec["module"]]
     try:
@@ -171,6 +194,326 @@ def run_tests(spec, report):
         report(ev="test", i=i, s=status, msg=msg)
     report(ev="done")
     return 0
+
+
+# ---- Isolated grading (TestJob.isolate): the module runs in an agent process, the tests in this one ----
+# This process (the checker) forks the agent process before any of the module's code runs, and never imports
+# it: agent code cannot reach the tests' comparisons, their namespaces or this harness. The two talk over a
+# socketpair in length-prefixed JSON of plain data only (tagged below); the agent process has no other fd of
+# the job's (no result fd), and this one stays undumpable (drop_privileges), so it cannot be ptraced.
+
+AGENT_VALUE = "__agent_value__"  # agentrl.sandbox.api.AGENT_VALUE
+_WIRE_CAP = 32 << 20  # bytes of one message either way
+_ITEMS_CAP = 10 ** 6  # items drained from one iterator
+_DEPTH_CAP = 100
+_OPAQUE_TYPES = (type(re.match("", "")), type(re.compile("")))
+
+
+class Opaque:
+    """A stand-in for a stdlib object without plain data (re.Match): truthy, equal only to itself."""
+    __slots__ = ("kind",)
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __repr__(self):
+        return f"<{self.kind}>"
+
+
+def _int_wire(x, depth):
+    v = int.__index__(x)
+    return v if -(1 << 63) < v < (1 << 63) else {"int": format(v, "x")}  # hex: no str-digits limit
+
+
+_BASES = (  # a builtin type (or subclass) -> its value as JSON, read through the base type's own methods
+    (int, _int_wire),
+    (float, lambda x, d: float.__float__(x)),
+    (str, lambda x, d: str.__str__(x)),
+    (bytes, lambda x, d: {"bytes": bytes.__bytes__(x).hex()}),
+    (list, lambda x, d: [_to_wire(v, d) for v in list.__iter__(x)]),
+    (tuple, lambda x, d: {"tuple": [_to_wire(v, d) for v in tuple.__iter__(x)]}),
+    (dict, lambda x, d: {"dict": [[_to_wire(k, d), _to_wire(v, d)] for k, v in dict.items(x)]}),
+    (frozenset, lambda x, d: {"frozenset": [_to_wire(v, d) for v in frozenset.__iter__(x)]}),
+    (set, lambda x, d: {"set": [_to_wire(v, d) for v in set.__iter__(x)]}),
+)
+
+
+def _to_wire(x, depth=0):
+    """`x` as JSON of plain data, with a tagged object for what JSON lacks (tuples, sets, bytes, big ints, ...):
+    builtin subclasses as their base type, re.Match/re.Pattern as Opaque, iterators drained. Else TypeError."""
+    if depth > _DEPTH_CAP:
+        raise TypeError(f"value nests deeper than {_DEPTH_CAP} levels")
+    t = type(x)
+    if x is None or t is bool:
+        return x
+    for base, encode in _BASES:
+        if issubclass(t, base):
+            return encode(x, depth + 1)
+    if t is complex:
+        return {"complex": [x.real, x.imag]}
+    if t is range:
+        return {"range": [_to_wire(x.start), _to_wire(x.stop), _to_wire(x.step)]}
+    if t in _OPAQUE_TYPES or t is Opaque:
+        return {"opaque": t.__name__ if t is not Opaque else str.__str__(x.kind)}
+    if hasattr(t, "__next__"):
+        items = []
+        for v in x:
+            if len(items) >= _ITEMS_CAP:
+                raise TypeError(f"iterator yields more than {_ITEMS_CAP} items")
+            items.append(_to_wire(v, depth + 1))
+        return {"iter": items}
+    raise TypeError(f"value of type {t.__name__} is not plain data (expected int, float, str, bytes, list, tuple, "
+                    "dict, set, None, bool)")
+
+
+_UNTAG = {"int": lambda v: int(str.__str__(v), 16), "bytes": lambda v: bytes.fromhex(v),
+          "tuple": lambda v: tuple(map(_from_wire, v)), "frozenset": lambda v: frozenset(map(_from_wire, v)),
+          "set": lambda v: set(map(_from_wire, v)), "iter": lambda v: iter(list(map(_from_wire, v))),
+          "dict": lambda v: {_from_wire(k): _from_wire(x) for k, x in v},
+          "complex": lambda v: complex(*(float(_from_wire(p)) for p in v)),
+          "range": lambda v: range(*(int(_from_wire(p)) for p in v)), "opaque": lambda v: Opaque(str.__str__(v))}
+
+
+def _from_wire(w):
+    """The plain data JSON `w` encodes (exact builtin types; ValueError for anything else)."""
+    t = type(w)
+    if w is None or t in (bool, int, float, str):
+        return w
+    if t is list:
+        return list(map(_from_wire, w))
+    if t is dict and len(w) == 1:
+        (tag, v), = w.items()
+        if tag in _UNTAG and type(v) in (str, list):
+            return _UNTAG[tag](v)
+    raise ValueError("not an encoding of plain data")
+
+
+def _send(conn, msg):
+    data = json.dumps(msg).encode()
+    if len(data) > _WIRE_CAP:
+        raise ValueError(f"message of {len(data)} bytes, over the cap of {_WIRE_CAP}")
+    conn.sendall(len(data).to_bytes(4, "big") + data)
+
+
+def _recv_exact(conn, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError("the other process closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv(conn):
+    n = int.from_bytes(_recv_exact(conn, 4), "big")
+    if n > _WIRE_CAP:
+        raise ValueError(f"message of {n} bytes, over the cap of {_WIRE_CAP}")
+    return json.loads(_recv_exact(conn, n))
+
+
+def _error_reply(e):
+    try:
+        msg = str(e)[:_MSG_CAP]
+    except BaseException:
+        msg = ""
+    return {"err": [c.__name__ for c in type(e).__mro__ if isinstance(c.__name__, str)], "msg": msg}
+
+
+def _answer(ns, req):
+    """The agent process's reply to one request: names (name -> "call", "value" or {"module": name}),
+    ("get", name) and ("call", name, args, kwargs), the last two as plain data."""
+    try:
+        if req[0] == "names":
+            names = ns.get("__all__")
+            if not isinstance(names, (list, tuple)):
+                names = [k for k in ns if not k.startswith("__")]
+            return {"ok": {n: "call" if callable(ns[n]) else {"module": ns[n].__name__}
+                           if isinstance(ns[n], type(sys)) else "value"
+                           for n in names if isinstance(n, str) and n in ns}}
+        if req[0] == "get":
+            return {"ok": _to_wire(ns[req[1]])}
+        args, kwargs = _from_wire(req[2]), _from_wire(req[3])
+        return {"ok": _to_wire(ns[req[1]](*args, **kwargs))}
+    except BaseException as e:  # the checker raises it in the test (agent code can raise anything here)
+        return _error_reply(e)
+
+
+def _agent_main(conn, spec, extra_processes):
+    """The agent process: import the module, then answer the checker until it closes the socket. Never returns."""
+    try:
+        keep = conn.fileno()
+        os.closerange(3, keep)  # the result fd above all: this process cannot report
+        os.closerange(keep + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        limit_processes(spec["limits"], extra_processes + 1)  # + 1: the checker, of the same uid
+        sys.path.insert(0, spec["workdir"])
+        sys.argv = [spec["module"]]
+        try:
+            ns = vars(importlib.import_module(spec["module"]))
+        except BaseException as e:  # includes sys.exit() at import
+            _send(conn, {"import_error": _short(e)})
+            os._exit(0)
+        _send(conn, {"ok": None})
+        while True:
+            req = _recv(conn)
+            reply = _answer(ns, req)
+            try:
+                _send(conn, reply)
+            except BaseException as e:  # too large, or not JSON
+                _send(conn, _error_reply(e))
+    except BaseException:
+        pass
+    finally:
+        os._exit(0)
+
+
+class _AgentBroken(BaseException):
+    """The agent process died, hung, or answered what is not plain data: the test errs (no `except Exception`
+    in a test catches it)."""
+
+
+class _Call:
+    """A callable of the module, called in the agent process; returns its result as plain data."""
+    __slots__ = ("_agent", "_name")
+
+    def __init__(self, agent, name):
+        self._agent, self._name = agent, name
+
+    def __call__(self, *args, **kwargs):
+        return self._agent.ask("call", self._name, _to_wire(args), _to_wire(kwargs))
+
+    def __repr__(self):
+        return f"<function {self._name} of the graded module>"
+
+
+class _Ref:
+    """Another value of the module: AGENT_VALUE(ref) fetches it as plain data; by itself it is good for nothing."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __bool__(self):
+        raise TypeError(f"{self.name} is a value of the graded module: read it through {AGENT_VALUE}")
+
+    def __repr__(self):
+        return f"<value {self.name} of the graded module>"
+
+
+class _Agent:
+    """The checker's end of the agent process: (re)starts it, asks it, stops it."""
+
+    def __init__(self, spec, extra_processes):
+        self.spec, self.extra, self.pid, self.conn = spec, extra_processes, None, None
+
+    def start(self):
+        """Fork the agent process (it imports the module); None, or the import error's message."""
+        mine, theirs = socket.socketpair()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # closes every other fd (`mine` too), exits, never returns here
+            _agent_main(theirs, self.spec, self.extra)
+        theirs.close()
+        self.pid, self.conn = pid, mine
+        try:
+            reply = _recv(mine)
+        except BaseException:
+            self.stop()
+            raise
+        if type(reply) is dict and type(reply.get("import_error")) is str:
+            self.stop()
+            return reply["import_error"][:_MSG_CAP]
+        if reply != {"ok": None}:
+            self.stop()
+            return "the agent process did not start"
+        return None
+
+    def stop(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(self.pid, 0)
+            self.pid = None
+
+    def ask(self, *req):
+        """Send one request; the plain data it answers, or the exception it raised (a builtin one, by name)."""
+        if self.conn is None:
+            err = self.start()
+            if err is not None:
+                raise _AgentBroken("import of the module failed when its process was restarted: " + err)
+        try:
+            _send(self.conn, list(req))
+            reply = _recv(self.conn)
+            if type(reply) is not dict or len(reply) != 1 and set(reply) != {"err", "msg"}:
+                raise ValueError("a reply of another shape")
+            if "ok" in reply:
+                return reply["ok"] if req[0] == "names" else _from_wire(reply["ok"])
+            names, msg = reply["err"], reply["msg"]
+            if type(names) is not list or type(msg) is not str:
+                raise ValueError("a reply of another shape")
+        except BaseException as e:
+            self.stop()  # a half-done exchange leaves the connection unusable: a fresh process serves the next
+            if isinstance(e, _TestTimeout):
+                raise
+            raise _AgentBroken(f"the graded module's process failed: {_short(e)}") from None
+        for name in names:
+            cls = vars(builtins).get(name) if type(name) is str else None
+            if isinstance(cls, type) and issubclass(cls, Exception):
+                try:
+                    exc = cls(msg[:_MSG_CAP])
+                except Exception:
+                    continue
+                raise exc
+        raise _AgentBroken("{}: {}".format(names[0] if names and type(names[0]) is str else "error", msg[:_MSG_CAP]))
+
+    def bind(self, ns):
+        """The module's names in test namespace `ns` (see TestJob.isolate)."""
+        kinds = self.ask("names")
+        if type(kinds) is not dict:
+            self.stop()
+            raise _AgentBroken("the graded module's process answered names of another shape")
+        for name, kind in kinds.items():
+            if not name.isidentifier() or name.startswith("__"):
+                continue
+            if kind == "call":
+                ns[name] = _Call(self, name)
+            elif kind == "value":
+                ns[name] = _Ref(name)
+            elif type(kind) is dict and type(kind.get("module")) is str and kind["module"] in sys.modules:
+                ns[name] = sys.modules[kind["module"]]
+
+    def value(self, x):
+        """AGENT_VALUE: a _Ref fetched as plain data; a stand-in callable as it is; a module is not plain data."""
+        if type(x) is _Ref:
+            return self.ask("get", x.name)
+        if isinstance(x, type(sys)):
+            raise TypeError("value of type module is not plain data")
+        return x
+
+
+def run_isolated(spec, report, extra_processes=0):
+    """run_tests for an isolated job: the module is imported in the agent process, each test runs here."""
+    agent = _Agent(spec, extra_processes)
+    try:
+        err = agent.start()
+        if err is not None:
+            report(ev="import_error", msg=err)
+            return 0
+        report(ev="imported")
+        for i in range(len(spec["tests"])):
+            status, msg = _run_one_test(i, spec, agent)
+            report(ev="test", i=i, s=status, msg=msg)
+        report(ev="done")
+        return 0
+    finally:
+        agent.stop()
 
 
 def run_argv(spec):
@@ -231,11 +574,12 @@ def execute(spec, result_fd, extra_processes=0):
             sys.path.append(p)
         os.chdir(spec["workdir"])
         os.environ["HOME"] = spec["workdir"]
-        apply_limits(spec["limits"], extra_processes)
+        isolated = spec["kind"] == "tests" and bool(spec.get("isolate"))
+        apply_limits(spec["limits"], extra_processes, processes=not isolated)
         report = _reporter(result_fd, spec.pop("marker"))
         report(ev="started")
         if spec["kind"] == "tests":
-            code = run_tests(spec, report)
+            code = run_tests(spec, report, extra_processes)
         else:
             code = run_argv(spec)
     except SystemExit as e:

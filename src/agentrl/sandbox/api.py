@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+# The name under which an isolated TestJob's tests find the function that fetches a module value (see TestJob).
+AGENT_VALUE = "__agent_value__"
 TestStatus = Literal["pass", "fail", "error", "timeout"]
 LimitKind = Literal["cpu", "wall", "memory", "output", "processes", "file_size"]
 # The tool statistic that counts each kind of limit hit.
@@ -137,6 +139,17 @@ class TestJob:
 
     The grader copies only `files` (the source under test) plus its own harness; it never runs
     test files, conftest.py or anything else from the agent's repository.
+
+    With `isolate`, the module is imported in a separate agent process and the tests run in a checker
+    process that never runs its code (docs/sandbox.md, "Isolated grading"): each test's namespace holds
+    the module's names (every name not starting with `__`, or its `__all__`) as stand-ins, bound before
+    `setup` runs. A callable becomes a function that calls it in the agent process and returns its result
+    as plain data (int, float, complex, str, bytes, None, bool, range, and lists, tuples, dicts, sets and
+    frozensets of those; a re.Match or re.Pattern becomes an opaque object equal only to itself, an
+    iterator an iterator over the list of its items); its arguments must be plain data too. A module
+    becomes the checker's own copy, if it has one. Any other value is a reference that
+    `__agent_value__(ref)` (AGENT_VALUE, bound in every test namespace) fetches as plain data; a test
+    must read such values through it (agentrl.envs.session_grader.harden_test rewrites tests so).
     """
 
     __test__ = False  # not a pytest test class
@@ -146,6 +159,7 @@ class TestJob:
     tests: tuple[str, ...]
     setup: str = ""
     timeout_s: float | None = None
+    isolate: bool = False
 
     def __post_init__(self) -> None:
         """Reject wrongly typed fields up front (TypeError naming the field).

@@ -78,9 +78,10 @@ def notices(hits: tuple[LimitHit, ...] | list[LimitHit]) -> str:
 NOT_PROTECTED = (
     "kernel exploits and CPU side channels (bubblewrap shares the host kernel; no seccomp filter, no VM)",
     "disk usage: RLIMIT_FSIZE caps each file, not the number of files a child writes in its time",
-    "a job reading the grader's in-process state: harness and repo code share one interpreter, so code "
-    "that walks frames/gc or writes to the result fd directly can forge results (it must find the "
-    "per-call marker in memory first; printed text alone cannot)",
+    "a plain (not isolated) test job reading the grader's in-process state: harness and repo code share one "
+    "interpreter, so code that walks frames/gc or writes to the result fd directly can forge results (it must "
+    "find the per-call marker in memory first; printed text alone cannot). TestJob(isolate=True), which the "
+    "hardened graders use, runs the module in a separate agent process that has no result fd",
     "threads: RLIMIT_NPROC also counts threads, so with max_processes=0 a job cannot start threads",
 )
 

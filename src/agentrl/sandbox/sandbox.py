@@ -164,7 +164,8 @@ class Sandbox:
             raise ValueError(f"TestJob.module {job.module!r}: expected a dotted Python module name")
         timeout = self._timeout(job.timeout_s)
         raw = self._execute(job.files, "tests", timeout, False, module=job.module, tests=list(job.tests),
-                            setup=job.setup or "", test_timeout_s=min(self.limits.test_timeout_s, timeout))
+                            setup=job.setup or "", test_timeout_s=min(self.limits.test_timeout_s, timeout),
+                            isolate=bool(job.isolate))
         return build_report(raw, job, self._result(raw, timeout))
 
     def run_tests_batch(self, jobs: list[TestJob], max_workers: int | None = None) -> list[TestReport]:
