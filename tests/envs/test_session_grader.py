@@ -21,12 +21,15 @@ def test_harden_guards_every_read_of_agent_names_only():
     assert harden_test("assert (", {"f"}, "_P") == "assert ("  # unparsable: unchanged, fails as written
 
 
-def test_hardened_job_uses_a_fresh_random_guard_name():
+def test_hardened_job_is_isolated_and_its_file_is_the_agents_code_only():
+    """The tests run in a checker process that never imports the graded file (TestJob.isolate), so the file holds
+    no grader code beside the agent's (there was a guard and a builtins snapshot, reachable from the agent's code
+    through globals()), and reads of the agent's names go through the sandbox's AGENT_VALUE."""
+    from agentrl.sandbox.api import AGENT_VALUE
+
     a = hardened_job(["def f(): return 1"], "solution", ("assert f() == 1",))
-    b = hardened_job(["def f(): return 1"], "solution", ("assert f() == 1",))
-    assert a.files.keys() == {"solution.py"} and a.module == "solution"
-    assert a.tests != b.tests  # the guard's name is not guessable from earlier episodes
-    assert a.files["solution.py"].index("def f()") > a.files["solution.py"].index("_snap_b")
+    assert a.files == {"solution.py": "def f(): return 1\n"} and a.module == "solution" and a.isolate
+    assert a.tests == (f"assert {AGENT_VALUE}(f)() == 1",)
 
 
 def test_a_whole_file_keeps_every_statement_and_future_imports_go_first():

@@ -87,7 +87,8 @@ def order_free_test(strict: str, relaxed_test: str, index: int, check: str) -> s
             f"    if not {check}({index}):\n        raise\n{textwrap.indent(relaxed_test, '    ')}")
 
 
-# Appended to the hardened grader's prelude (runs before any agent code). {g}: the per-grading suffix.
+# Put before the hardened grader's test setup: it runs in the checker process, never beside agent code (the agent
+# process is a fork of it, so both hash strings alike). {g}: the per-grading suffix.
 PRELUDE = '''
 def _mk_unordered{g}():
     _exec, _dict, _len, _list, _range, _isinst, _Exc = exec, dict, len, list, range, isinstance, Exception
