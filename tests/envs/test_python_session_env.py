@@ -52,6 +52,8 @@ HOSTILE = {
     "patched module at import": "import math\ndef _patch():\n    math.isclose = lambda *a, **k: True\n    return 1\n"
                                 "_ok = _patch()\ndef square(x):\n    return 0",
     "patched module at call time": "import math\ndef square(x):\n    math.isclose = lambda *a, **k: True\n    return 0",
+    "builtins the tests call, shadowed": "def square(x):\n    return 0\ndef sorted(*a, **k):\n    return [1, 4]\n"
+                                         "def set(*a):\n    return 1\n",
     "liar defined in a kept if block": "if True:\n    class Yes:\n        def __eq__(self, o):\n            return True\n"
                                        "    def square(x):\n        return Yes()",
     "liar reached through map": "class Yes:\n    def __eq__(self, o):\n        return True\n    def __hash__(self):\n"

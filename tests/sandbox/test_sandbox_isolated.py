@@ -96,3 +96,17 @@ def test_a_fresh_interpreter_isolates_too(fresh_sb):
     report = fresh_sb.run_tests(TestJob(files={"m.py": "raise SystemExit(0)\n"}, module="m", tests=("assert 1",),
                                         isolate=True))
     assert report.error and "import of 'm' failed" in report.error and report.passed == 0
+
+
+def test_a_module_name_shadowing_a_builtin_reaches_the_tests_only_as_an_entry_name(sb):
+    """A module that defines `sorted` (or `set`, `len`) to return what a test expects changed what the test's own
+    `sorted(...)` computed: a wrong function passed. Only the functions the tests are about (entry_names) may
+    bear a builtin's name."""
+    src = "def square(x):\n    return 0\ndef sorted(*a, **k):\n    return [1, 4]\ndef len(x):\n    return 2\n"
+    tests = ("assert sorted(map(square, [1, -1, 2])) == [1, 4]", "assert len(sorted([3, 1])) == 2")
+    report = sb.run_tests(TestJob(files={"m.py": src}, module="m", tests=tests, isolate=True))
+    assert [o.status for o in report.outcomes] == ["fail", "pass"]  # the builtins: [0, 0, 0] and 2
+    report = sb.run_tests(TestJob(files={"m.py": src}, module="m", tests=tests, isolate=True, entry_names=("sorted",)))
+    assert [o.status for o in report.outcomes] == ["pass", "pass"]  # sorted is what the tests are about here
+    with pytest.raises(TypeError, match="entry_names"):
+        TestJob(files={"m.py": src}, module="m", tests=tests, entry_names="sorted")

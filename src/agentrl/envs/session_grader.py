@@ -156,7 +156,8 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
         module: import name of the graded file (written as `<module>.py`).
         tests: the hidden test snippets (each usually one `assert`).
         setup: code run before each test (e.g. MBPP's test_imports), in the checker process.
-        extra_names: more names whose reads are routed through AGENT_VALUE (e.g. the task's entry point).
+        extra_names: more names whose reads are routed through AGENT_VALUE (e.g. the task's entry point); also
+            the job's entry_names, the only module names that may shadow a builtin in the tests.
         reference: the task's reference solution; with it, a test the candidate fails is graded
             order-insensitively when its expected order came from set/dict iteration (agentrl.envs.order_insensitive;
             its helpers run in the checker process, from the setup).
@@ -175,7 +176,7 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
         guard(t) if lo is None else order_insensitive.order_free_test(guard(t), guard(lo), i, f"_order_free{g}")
         for i, (t, lo) in enumerate(zip(tests, loose, strict=True)))
     return TestJob(files={f"{module}.py": source}, module=module, tests=wrapped, setup=setup, timeout_s=timeout_s,
-                   isolate=True)
+                   isolate=True, entry_names=tuple(extra_names))
 
 
 def parse_quietly(source: str) -> ast.Module:

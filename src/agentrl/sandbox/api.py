@@ -150,6 +150,9 @@ class TestJob:
     becomes the checker's own copy, if it has one. Any other value is a reference that
     `__agent_value__(ref)` (AGENT_VALUE, bound in every test namespace) fetches as plain data; a test
     must read such values through it (agentrl.envs.session_grader.harden_test rewrites tests so).
+    A module name that is also a builtin's (`sorted`, `set`, `len`) is not bound unless it is one of
+    `entry_names` (the functions the tests are about): a module defining `sorted` to return what a test
+    expects must not change what the test's own `sorted(...)` computes.
     """
 
     __test__ = False  # not a pytest test class
@@ -160,6 +163,7 @@ class TestJob:
     setup: str = ""
     timeout_s: float | None = None
     isolate: bool = False
+    entry_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Reject wrongly typed fields up front (TypeError naming the field).
@@ -176,6 +180,10 @@ class TestJob:
         if not all(isinstance(t, str) for t in self.tests):
             raise TypeError("TestJob.tests: every test must be a str of Python source")
         object.__setattr__(self, "tests", tuple(self.tests))
+        if isinstance(self.entry_names, (str, bytes)) or not isinstance(self.entry_names, (tuple, list)) or not all(
+                isinstance(n, str) for n in self.entry_names):
+            raise TypeError(f"TestJob.entry_names: expected a tuple of names, got {_describe(self.entry_names)}")
+        object.__setattr__(self, "entry_names", tuple(self.entry_names))
         if not isinstance(self.setup, str):
             raise TypeError(f"TestJob.setup: expected a str, got {_describe(self.setup)}")
         if not isinstance(self.module, str):  # its syntax is checked by Sandbox.run_tests (ValueError)

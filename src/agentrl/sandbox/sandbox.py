@@ -165,7 +165,7 @@ class Sandbox:
         timeout = self._timeout(job.timeout_s)
         raw = self._execute(job.files, "tests", timeout, False, module=job.module, tests=list(job.tests),
                             setup=job.setup or "", test_timeout_s=min(self.limits.test_timeout_s, timeout),
-                            isolate=bool(job.isolate))
+                            isolate=bool(job.isolate), entry_names=list(job.entry_names))
         return build_report(raw, job, self._result(raw, timeout))
 
     def run_tests_batch(self, jobs: list[TestJob], max_workers: int | None = None) -> list[TestReport]:
