@@ -56,6 +56,12 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
     (lambda d: d["hidden_tests"].append("assert '\udcff'"), r":3: field 'hidden_tests\.\d+': .*lone surrogate"),
     (lambda d: d.update(meta={"k\udfff": 1}), r":3: field 'meta\.k.*udfff': .*lone surrogate"),
     (lambda d: d.update(reference="\udc80"), r":3: field 'reference': .*lone surrogate"),
+    # an edit menu naming two ops alike: the menu listed the name twice, `edit` applied the last of them, and the
+    # scripted expert's correct op could be the other one (an SFT warm start taught a wrong edit as the fix)
+    (lambda d: d["edit_ops"][1].update(name=d["edit_ops"][0]["name"]),
+     r":3: field 'edit_ops\.1\.name': duplicate edit op name '\w+' \(first at edit_ops\.0\)"),
+    # an op with nothing to replace is refused by the env whenever it is picked: a menu entry that never applies
+    (lambda d: d["edit_ops"][0].update(old=""), r":3: field 'edit_ops\.0\.old': empty; .*never applies"),
 ])
 def test_tasks_no_environment_could_run_name_line_and_field(tmp_path, edit, pattern):
     """A task file is operator input: a task the schema passes but that no sandbox could hold or grade
