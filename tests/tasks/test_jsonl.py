@@ -49,6 +49,10 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
     (lambda d: d.update(source_file="my-module.py"), r":3: field 'source_file': .*not an importable \.py module"),
     (lambda d: d.update(source_file="notes.txt"), r":3: field 'source_file': .*not an importable \.py module"),
     (lambda d: d.update(entry="not a name!"), r":3: field 'entry': 'not a name!' is not a Python function name"),
+    # keywords match the name pattern but no `def` or `import` takes them: every test failed, every episode a 0
+    (lambda d: d.update(entry="class"), r":3: field 'entry': 'class' is not a Python function name \(a keyword\)"),
+    (lambda d: d.update(source_file="lambda.py"), r":3: field 'source_file': 'lambda\.py' is not an importable"),
+    (lambda d: d.update(source_file="pkg/None.py"), r":3: field 'source_file': 'pkg/None\.py' is not an importable"),
     (lambda d: d.update(hidden_tests=[]), r":3: field 'hidden_tests': no hidden tests; .*every episode would score 0"),
     (lambda d: d["hidden_tests"].append("  \n"), r":3: field 'hidden_tests\.\d+': blank test snippet; it passes whatever"),
     # lone surrogates (JSON \ud800 escapes): they loaded, and every episode failed in the sandbox as unscorable

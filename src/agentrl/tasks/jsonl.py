@@ -9,6 +9,7 @@ module, an entry that is not a Python name) raises ValueError naming the file, l
 from __future__ import annotations
 
 import json
+import keyword
 import os
 import re
 import tempfile
@@ -105,10 +106,12 @@ def _meaning_problem(data: dict) -> tuple[str, str] | None:
             return f"files.{rel[:200]}", f"file path {rel[:200]!r}: {why}"
     src = data["source_file"]  # not always one of `files`: in MBPP the model writes solution.py
     module = src.removesuffix(".py").split("/")
-    if not src.endswith(".py") or not all(_IDENTIFIER.match(part) for part in module):
+    if not src.endswith(".py") or not all(_IDENTIFIER.match(part) and not keyword.iskeyword(part) for part in module):
         return "source_file", f"{src[:200]!r} is not an importable .py module path (the hidden tests import it)"
     if not _IDENTIFIER.match(data["entry"]):
         return "entry", f"{data['entry'][:200]!r} is not a Python function name"
+    if keyword.iskeyword(data["entry"]):  # the pattern's, but no `def` takes it
+        return "entry", f"{data['entry']!r} is not a Python function name (a keyword)"
     return _edit_ops_problem(data.get("edit_ops", []))
 
 
