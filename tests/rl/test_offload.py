@@ -143,3 +143,22 @@ def test_offloaded_context_yields_none_when_off(tiny_qwen3):
     with offload.offloaded(model, True) as off:  # on: hooks installed (a CPU model offloads nothing)
         model(input_ids=torch.zeros(1, 3, dtype=torch.long)).logits.sum().backward()
     assert off is not None and off.count == 0
+
+
+@pytest.mark.parametrize("setting", ["off", "on"])
+def test_the_results_file_records_whether_the_update_offloaded(tmp_path, monkeypatch, setting):
+    """results.json's model section says whether the update offloaded (the setting resolved for the run's device and
+    checkpointing), as compiled_layers says whether compile_layers compiled; the config keeps the setting as given."""
+    from agentrl.report.results import validate_results
+    from agentrl.rl import run_folder
+    from agentrl.rl.trainer import train
+
+    def on_with_setting_on(setting, device, checkpointing):  # the CPU standing in for CUDA
+        return setting == "on"
+
+    monkeypatch.setattr(run_folder, "resolve_activation_offloading", on_with_setting_on)
+    cfg = RLConfig.from_flat(env="edit-menu", activation_offloading=setting, steps=1, prompts_per_step=1,
+                             group_size=2, eval_size=1, eval_n=1, train_size=4, max_new_tokens=8, n_boot=100, out=str(tmp_path / "r"))
+    data = validate_results(train(cfg))
+    assert data["config"]["activation_offloading"] == setting
+    assert data["model"]["activation_offloading"] is (setting == "on")

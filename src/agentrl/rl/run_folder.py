@@ -20,8 +20,9 @@ from agentrl.report.log import log_config, setup_logging
 from agentrl.report.results import RunResults
 from agentrl.rl.checkpoint import latest_checkpoint
 from agentrl.rl.config import RLConfig, cli_command
+from agentrl.rl.offload import resolve_activation_offloading
 from agentrl.rl.run_setup import RunInputs, env_kwargs, env_section
-from agentrl.rl.update import compiled_layer_count
+from agentrl.rl.update import compiled_layer_count, layers_checkpointed
 from agentrl.tasks.sets import TaskSets
 
 log = logging.getLogger("agentrl.train")
@@ -118,7 +119,8 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
                  start_step: int) -> RunResults:
     """The run's results file (`<out>/results.json`): continued on --resume after `start_step` completed
     steps, else a new one; with the sections known before the first step (tools, env, chat template,
-    model size and how it trains: LoRA, the decoder layers compiled for the update; sandbox, tasks)."""
+    model size and how it trains: LoRA, the decoder layers compiled for the update, whether the update
+    offloads activations; sandbox, tasks)."""
     path = out / "results.json"
     if cfg.run.resume and path.exists():
         results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_flat())
@@ -130,13 +132,22 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
     results.set("model", {"parameters": sum(p.numel() for p in model.parameters()),
                           "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
                           "lora": bool(cfg.update.lora_r),
-                          "compiled_layers": compiled_layer_count(model)})  # compile_layers resolved (0: eager)
+                          "compiled_layers": compiled_layer_count(model),  # compile_layers resolved (0: eager)
+                          "activation_offloading": update_offloads(cfg, model)})
     results.set("sandbox", sandbox.describe())
     results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                           "heldout_ids": [t.id for t in tasks.heldout],
                           "reward_includes_shown_test": cfg.tasks.reward_includes_shown_test,
                           "heldout_families": {t.id: t.family for t in tasks.heldout}})
     return results
+
+
+def update_offloads(cfg: RLConfig, model: Any) -> bool:
+    """Whether this run's update offloads saved activations: cfg.update.activation_offloading resolved as
+    agentrl.rl.update.accumulate_gradients resolves it (the policy's device and checkpointing), for a run that
+    trains (steps > 0)."""
+    return cfg.run.steps > 0 and resolve_activation_offloading(
+        cfg.update.activation_offloading, next(model.parameters()).device, layers_checkpointed(model))
 
 
 def record_failure(results: RunResults | None, cfg: RLConfig, out: Path, error: BaseException,
