@@ -171,7 +171,7 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
     settings that bound this run's memory and the ones to change, in the order they usually pay; else "".
 
     The update's activations grow with the tokens of one microbatch (rows x context, every layer's activations
-    kept for backward unless checkpointed); the fast sampler's static KV cache with gen_batch x
+    kept for backward unless checkpointed, each checkpointed layer's input unless offloaded); the fast sampler's static KV cache with gen_batch x
     max_context_tokens; an asynchronous run holds both at once."""
     if type(error).__name__ != "OutOfMemoryError" and "out of memory" not in str(error).lower():
         return ""
@@ -179,6 +179,8 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
     steps = []
     if not u.gradient_checkpointing:
         steps.append("--gradient-checkpointing (recompute each layer's activations in backward)")
+    if u.activation_offloading == "off":
+        steps.append("--activation-offloading auto (each checkpointed layer's input kept in host memory)")
     if not u.micro_tokens:
         steps.append(f"--micro-tokens {max(1024, s.max_context_tokens)} (token-budget microbatches instead of "
                      f"--micro {u.micro} rows of up to {s.max_context_tokens} tokens)")
@@ -189,5 +191,6 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
         steps.append("--dtype bf16 (weights, gradients and the sampler's cache in half the bytes)")
     return "out of GPU memory: this run's memory is set by " + "; ".join(
         [f"micro {u.micro}", f"micro_tokens {u.micro_tokens}", f"gradient_checkpointing {u.gradient_checkpointing}",
+         f"activation_offloading {u.activation_offloading}",
          f"gen_batch {s.gen_batch}", f"max_context_tokens {s.max_context_tokens}",
          f"dtype {cfg.policy.dtype}"]) + ". Try, in this order: " + "; ".join(steps)
