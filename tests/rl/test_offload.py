@@ -109,6 +109,21 @@ def test_the_setting_reads_like_compile_layers():
         RLConfig.from_flat(activation_offloading="sometimes")
 
 
+def test_the_help_says_what_compile_layers_help_says_of_true_and_false(capsys):
+    """Both settings take true/false (and yes/no, 1/0) as on/off, on the command line and in a config file; both
+    helps say so, in the same help section."""
+    from agentrl.cli import main
+    from agentrl.cli.flags import group_of
+    from agentrl.rl.sections import UpdateSection
+
+    helps = {n: UpdateSection.__dataclass_fields__[n].metadata["help"] for n in ("compile_layers", "activation_offloading")}
+    assert all("(true/false read as on/off)" in h for h in helps.values())
+    assert group_of("activation_offloading") == group_of("compile_layers") == "optimisation"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert " ".join(capsys.readouterr().out.split()).count("(true/false read as on/off)") >= 2
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: pinned host memory and a side stream")
 def test_cuda_offload_keeps_the_gradient_bit_for_bit(tiny_qwen3, make_batch, monkeypatch):
     model = tiny_qwen3(dtype=torch.float32).cuda()
