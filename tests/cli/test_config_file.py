@@ -243,3 +243,27 @@ def test_eval_refuses_training_keys_that_train_refuses_together(text, expected, 
     except SystemExit as e:
         code = e.code
     assert code == 2 and expected.split(": ", 1)[1] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, text, expected", [
+    ("train", "update: 5", r"section 'update': expected a mapping of its fields \(activation_offloading, .*lr, .*\), got int 5"),
+    ("train", "sampling: [0.7]", r"section 'sampling': expected a mapping of its fields \(.*temperature.*\), got list \[0\.7\]"),
+    ("train", "update: activation_offloading", r"section 'update': expected a mapping .*, got str 'activation_offloading'"),
+    ("eval", "eval: 24", r"section 'eval': expected a mapping of its fields \(.*size.*\), got int 24"),
+])
+def test_a_section_that_is_not_a_mapping_is_named_as_a_section(command, text, expected, tmp_path, capsys):
+    """A section name with a value that is not a mapping was "unknown key 'update'", for a key the file may hold."""
+    import re
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    line = _error(capsys, [command, "--config", str(path), "--print-config"])
+    assert re.fullmatch(re.escape(f"agentrl {command}: error: --config {path}: ") + expected, line), line
+
+
+def test_an_empty_section_sets_nothing(tmp_path, capsys):
+    """`update:` with every key under it commented out is YAML's null: an empty section, not an unknown key."""
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 0.003\nupdate:\n  # activation_offloading: off\nsampling:\n")
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    assert "lr: 0.003" in capsys.readouterr().out.splitlines()

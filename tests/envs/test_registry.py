@@ -83,3 +83,22 @@ def test_doc_example_env_registers_and_passes_check_env(tmp_path):
         if "reverse-word" in env_names():
             unregister_env("reverse-word")
     assert "reverse-word" not in env_names()
+
+
+def test_every_task_is_checked_against_the_env_not_only_the_first():
+    """A task file whose first task the env runs but a later one it cannot: refused before the model loads, naming
+    that task (only the first was checked: the run loaded the model, evaluated, and failed at the bad task's reset).
+    The edit-menu env also needs the source file among the task's files, as its reset does."""
+    import dataclasses
+
+    from agentrl.tasks import make_tasks
+
+    train, heldout = make_tasks(3), make_tasks(3, split="heldout")
+    check_env_fits_tasks("edit-menu", TaskSets(train=train, heldout=heldout, source="t.jsonl"))
+    no_menu = dataclasses.replace(heldout[2], edit_ops=())
+    with pytest.raises(ValueError, match=rf"cannot run --tasks t\.jsonl \(task '{no_menu.id}'\)"):
+        check_env_fits_tasks("edit-menu", TaskSets(train=train, heldout=[*heldout[:2], no_menu], source="t.jsonl"))
+    no_source = dataclasses.replace(train[1], files={})
+    for env in ("edit-menu", "coding-tools"):
+        with pytest.raises(ValueError, match=rf"cannot run --tasks t\.jsonl \(task '{no_source.id}'\)"):
+            check_env_fits_tasks(env, TaskSets(train=[train[0], no_source], heldout=heldout, source="t.jsonl"))

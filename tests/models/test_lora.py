@@ -59,3 +59,25 @@ def test_grpo_with_lora_checkpoints_adapters_and_resumes(tmp_path):
 def test_lora_refuses_the_fast_sampler():
     with pytest.raises(ValueError, match="LoRA needs --sampler hf"):
         RLConfig.from_flat(lora_r=4, sampler="fast")
+
+
+def test_lora_settings_that_match_nothing_or_no_layer_name_the_flag():
+    """Refused before peft allocates anything, naming the flag: a --lora-target-modules that matches no module
+    (peft's message named neither the flag nor the model's names) and a --lora-r above every targeted layer's
+    rank (--lora-r 100000 on tiny-qwen3 allocated adapters for minutes; a rank past min(in, out) adds nothing)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from agentrl.models.lora import apply_lora
+
+    def tiny_qwen3():
+        return Qwen3ForCausalLM(Qwen3Config(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=8))
+
+    with pytest.raises(ValueError, match=r"--lora-target-modules 'nope_proj': no module of the model matches; its "
+                                         r"linear layers are named .*q_proj"):
+        apply_lora(tiny_qwen3(), r=4, alpha=8.0, dropout=0.0, target_modules="nope_proj")
+    model = tiny_qwen3()
+    with pytest.raises(ValueError, match=r"--lora-r 100000: above the rank of every targeted layer \(at most \d+"):
+        apply_lora(model, r=100_000, alpha=8.0, dropout=0.0, target_modules="all-linear")
+    assert not any("lora" in n for n, _ in model.named_modules())  # refused before any adapter was made
+    apply_lora(tiny_qwen3(), r=4, alpha=8.0, dropout=0.0, target_modules="q_proj,v_proj")

@@ -157,3 +157,21 @@ def test_validate_results_names_the_path_for_binary_files_and_directories(tmp_pa
         _v(bad)
     with _pt.raises(ValueError, match="is a directory"):
         _v(tmp_path)
+
+
+@pytest.mark.parametrize("key,old,new", [
+    ("activation_offloading", None, "auto"),  # a run stored before the setting existed (2026-12-04)
+    ("activation_offloading", "off", "on"),
+    ("gradient_checkpointing", False, True),  # memory_hint's advice after an out-of-memory failure, then --resume
+    ("micro", 8, 4),
+    ("micro_tokens", 0, 4096),
+    ("logprob_chunk_rows", 1024, 256),
+    ("pack_rows", True, False),
+])
+def test_resume_may_change_the_update_s_memory_settings(tmp_path, key, old, new):
+    """The update's memory and speed knobs (the same gradient up to float rounding; the ones an out-of-memory
+    failure's hint says to change before resuming) may change on --resume; a key the stored run lacks too."""
+    stored = {"lr": 1e-6} if old is None else {"lr": 1e-6, key: old}
+    RunResults(tmp_path / "r.json", stored, seed=0)
+    res = RunResults.resume(tmp_path / "r.json", completed_steps=0, config={"lr": 1e-6, key: new})
+    assert res.data["config"][key] == new

@@ -228,3 +228,13 @@ def test_absurd_episode_counts_are_refused_up_front(kw, name):
         RLConfig.from_flat(**kw)
     assert MAX_EPISODES_PER_CALL == 1 << 20
     RLConfig.from_flat(group_size=1024, prompts_per_step=1024)  # 2**20 exactly: allowed
+
+
+def test_absurd_cpu_threads_are_refused_up_front():
+    """--cpu-threads 1000000000 passed the config (>= 0) and reached torch.set_num_threads after the model loaded:
+    libgomp aborted the process ("Out of memory allocating 216000001344 bytes"), leaving results.json "running"."""
+    from agentrl.rl.config import MAX_CPU_THREADS
+
+    with pytest.raises(ValueError, match=r"RLConfig\.cpu_threads: expected an integer in \[0, 1024\] .*got 1000000000"):
+        RLConfig.from_flat(cpu_threads=10**9)
+    assert MAX_CPU_THREADS == 1024 and RLConfig.from_flat(cpu_threads=1024).scale.cpu_threads == 1024

@@ -34,3 +34,15 @@ def test_other_errors_get_no_memory_hint(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, logger="agentrl"):
         record_failure(None, cfg, tmp_path, torch.OutOfMemoryError("CUDA out of memory"), 1.0)
     assert any("out of GPU memory" in r.getMessage() for r in caplog.records)
+
+
+def test_an_oom_with_activation_offloading_off_suggests_it():
+    """--no-activation-offloading keeps every checkpointed layer's input on the device: the hint names the setting
+    and suggests turning it back on (auto) after checkpointing, before a smaller microbatch; not when it is on."""
+    cfg = RLConfig.from_flat(activation_offloading="off", gradient_checkpointing=False, micro_tokens=0)
+    hint = memory_hint(cfg, torch.OutOfMemoryError("CUDA out of memory"))
+    assert "activation_offloading off" in hint
+    fixes = hint.split("Try, in this order: ")[1]
+    assert fixes.index("--gradient-checkpointing") < fixes.index("--activation-offloading auto") < fixes.index("--micro-tokens")
+    hint = memory_hint(RLConfig.from_flat(), torch.OutOfMemoryError("CUDA out of memory"))
+    assert "activation_offloading auto" in hint and "--activation-offloading" not in hint.split("Try, in this order: ")[1]

@@ -109,6 +109,21 @@ def test_the_setting_reads_like_compile_layers():
         RLConfig.from_flat(activation_offloading="sometimes")
 
 
+def test_the_help_says_what_compile_layers_help_says_of_true_and_false(capsys):
+    """Both settings take true/false (and yes/no, 1/0) as on/off, on the command line and in a config file; both
+    helps say so, in the same help section."""
+    from agentrl.cli import main
+    from agentrl.cli.flags import group_of
+    from agentrl.rl.sections import UpdateSection
+
+    helps = {n: UpdateSection.__dataclass_fields__[n].metadata["help"] for n in ("compile_layers", "activation_offloading")}
+    assert all("(true/false read as on/off)" in h for h in helps.values())
+    assert group_of("activation_offloading") == group_of("compile_layers") == "optimisation"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert " ".join(capsys.readouterr().out.split()).count("(true/false read as on/off)") >= 2
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: pinned host memory and a side stream")
 def test_cuda_offload_keeps_the_gradient_bit_for_bit(tiny_qwen3, make_batch, monkeypatch):
     model = tiny_qwen3(dtype=torch.float32).cuda()
@@ -143,3 +158,22 @@ def test_offloaded_context_yields_none_when_off(tiny_qwen3):
     with offload.offloaded(model, True) as off:  # on: hooks installed (a CPU model offloads nothing)
         model(input_ids=torch.zeros(1, 3, dtype=torch.long)).logits.sum().backward()
     assert off is not None and off.count == 0
+
+
+@pytest.mark.parametrize("setting", ["off", "on"])
+def test_the_results_file_records_whether_the_update_offloaded(tmp_path, monkeypatch, setting):
+    """results.json's model section says whether the update offloaded (the setting resolved for the run's device and
+    checkpointing), as compiled_layers says whether compile_layers compiled; the config keeps the setting as given."""
+    from agentrl.report.results import validate_results
+    from agentrl.rl import run_folder
+    from agentrl.rl.trainer import train
+
+    def on_with_setting_on(setting, device, checkpointing):  # the CPU standing in for CUDA
+        return setting == "on"
+
+    monkeypatch.setattr(run_folder, "resolve_activation_offloading", on_with_setting_on)
+    cfg = RLConfig.from_flat(env="edit-menu", activation_offloading=setting, steps=1, prompts_per_step=1,
+                             group_size=2, eval_size=1, eval_n=1, train_size=4, max_new_tokens=8, n_boot=100, out=str(tmp_path / "r"))
+    data = validate_results(train(cfg))
+    assert data["config"]["activation_offloading"] == setting
+    assert data["model"]["activation_offloading"] is (setting == "on")

@@ -3,6 +3,7 @@ load_policy, `agentrl eval` and `agentrl smoke` take as `--model <out>`; checkpo
 environment and settings, and `agentrl eval --model <checkpoint>` reuses them unless told otherwise."""
 
 import json
+import re
 
 import pytest
 
@@ -138,3 +139,28 @@ def test_a_bad_setting_in_the_run_record_names_the_record(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "RLConfig.thinking" in err and str(path) in err and "--thinking" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("key, text", [("max_turns", "NaN"), ("temperature", "Infinity"), ("eval_n", "-Infinity")])
+def test_a_non_finite_number_in_the_run_record_names_the_record_and_key(tmp_path, capsys, key, text):
+    """Python's JSON reader takes NaN and Infinity, which no writer of the record emits: a NaN compared unequal to
+    itself, so `agentrl eval` said the setting was "given on the command line" and the config's error left out the
+    record. The record is refused, naming the file and the key."""
+    import json
+
+    from agentrl.cli.main import main
+    from agentrl.rl.config import RLConfig
+    from agentrl.rl.run_record import read_run_record, run_record, write_run_record
+
+    path = write_run_record(tmp_path / "run" / "model", run_record(RLConfig.from_preset("quick"), 10))
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
+    record = json.loads(path.read_text())
+    record["settings"][key] = "@"
+    path.write_text(json.dumps(record).replace('"@"', text))
+    with pytest.raises(ValueError, match=rf"run record {re.escape(str(path))}: settings\.{key} is {text}"):
+        read_run_record(tmp_path / "run")
+    with pytest.raises(SystemExit) as e:  # refused while eval builds its defaults, as an unreadable record is
+        main(["eval", "--model", str(tmp_path / "run")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"settings.{key} is {text}" in err and "Traceback" not in err and "given on the command line" not in err

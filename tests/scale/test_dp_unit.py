@@ -54,7 +54,7 @@ def test_decoder_layers_found_and_refused(tiny_qwen3_dp):
 
 
 @pytest.mark.parametrize("field,value", [("lora_r", 8), ("agent", "opencode"), ("async_rollouts", True),
-                                         ("compile_layers", "on")])
+                                         ("compile_layers", "on"), ("activation_offloading", "on")])
 def test_data_parallel_refuses_what_it_does_not_support(field, value):
     cfg = RLConfig.from_flat(**{field: value})
     with pytest.raises(ValueError, match="torchrun data parallel does not support"):
@@ -64,6 +64,12 @@ def test_data_parallel_refuses_what_it_does_not_support(field, value):
 def test_data_parallel_takes_compile_layers_auto_and_off():
     for setting in ("auto", "off"):  # auto: the FSDP2 engine's update runs eager (open_data_parallel sets off)
         check_data_parallel(RLConfig.from_flat(compile_layers=setting))
+
+
+def test_data_parallel_takes_activation_offloading_auto_and_off():
+    """auto resolves off there (the FSDP2 engine's update does not offload), as compile_layers' auto does."""
+    for setting in ("auto", "off"):
+        check_data_parallel(RLConfig.from_flat(activation_offloading=setting))
 
 
 def test_not_under_torchrun_here(monkeypatch):

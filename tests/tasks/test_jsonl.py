@@ -49,6 +49,10 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
     (lambda d: d.update(source_file="my-module.py"), r":3: field 'source_file': .*not an importable \.py module"),
     (lambda d: d.update(source_file="notes.txt"), r":3: field 'source_file': .*not an importable \.py module"),
     (lambda d: d.update(entry="not a name!"), r":3: field 'entry': 'not a name!' is not a Python function name"),
+    # keywords match the name pattern but no `def` or `import` takes them: every test failed, every episode a 0
+    (lambda d: d.update(entry="class"), r":3: field 'entry': 'class' is not a Python function name \(a keyword\)"),
+    (lambda d: d.update(source_file="lambda.py"), r":3: field 'source_file': 'lambda\.py' is not an importable"),
+    (lambda d: d.update(source_file="pkg/None.py"), r":3: field 'source_file': 'pkg/None\.py' is not an importable"),
     (lambda d: d.update(hidden_tests=[]), r":3: field 'hidden_tests': no hidden tests; .*every episode would score 0"),
     (lambda d: d["hidden_tests"].append("  \n"), r":3: field 'hidden_tests\.\d+': blank test snippet; it passes whatever"),
     # lone surrogates (JSON \ud800 escapes): they loaded, and every episode failed in the sandbox as unscorable
@@ -56,6 +60,12 @@ def test_bad_field_names_line_and_field(tmp_path, edit, pattern):
     (lambda d: d["hidden_tests"].append("assert '\udcff'"), r":3: field 'hidden_tests\.\d+': .*lone surrogate"),
     (lambda d: d.update(meta={"k\udfff": 1}), r":3: field 'meta\.k.*udfff': .*lone surrogate"),
     (lambda d: d.update(reference="\udc80"), r":3: field 'reference': .*lone surrogate"),
+    # an edit menu naming two ops alike: the menu listed the name twice, `edit` applied the last of them, and the
+    # scripted expert's correct op could be the other one (an SFT warm start taught a wrong edit as the fix)
+    (lambda d: d["edit_ops"][1].update(name=d["edit_ops"][0]["name"]),
+     r":3: field 'edit_ops\.1\.name': duplicate edit op name '\w+' \(first at edit_ops\.0\)"),
+    # an op with nothing to replace is refused by the env whenever it is picked: a menu entry that never applies
+    (lambda d: d["edit_ops"][0].update(old=""), r":3: field 'edit_ops\.0\.old': empty; .*never applies"),
 ])
 def test_tasks_no_environment_could_run_name_line_and_field(tmp_path, edit, pattern):
     """A task file is operator input: a task the schema passes but that no sandbox could hold or grade

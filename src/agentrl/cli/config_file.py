@@ -133,14 +133,23 @@ def _flatten(data: dict[Any, Any], path: str | Path) -> list[tuple[str, Any, Any
     """`data` as (key as written, key, value) triples, each section mapping (`policy: {model: x}`) replaced by
     its fields under their flat names (`("policy.model", "model", "x")`).
 
-    Raises: ValueError: a key of a section mapping that is not one of the section's fields."""
+    A section that is no flat name (update, sampling, ...) left empty (`update:`, YAML's null) sets nothing.
+
+    Raises: ValueError: a key of a section mapping that is not one of the section's fields, or such a section's
+        value that is not a mapping (it read as an unknown key)."""
     from agentrl.rl.config import FLAT, SECTIONS
 
     names = {(s, a): n for n, (s, a) in FLAT.items()}
     out: list[tuple[str, Any, Any]] = []
     for key, value in data.items():
         section = str(key).replace("-", "_")
-        if section not in SECTIONS or not isinstance(value, dict):
+        if section in SECTIONS and section not in FLAT and not isinstance(value, dict):  # update, sampling, ...
+            if value is None:  # `update:` with every key under it commented out
+                continue
+            fields = sorted(a for s, a in names if s == section)
+            raise ValueError(f"--config {path}: section {key!r}: expected a mapping of its fields ({', '.join(fields)}), "
+                             f"got {type(value).__name__} {repr(value)[:80]}")
+        if section not in SECTIONS or not isinstance(value, dict):  # a flat key (tasks, env, agent, warm_start too)
             out.append((str(key), key, value))
             continue
         for k, v in value.items():

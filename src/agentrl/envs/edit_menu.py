@@ -143,7 +143,7 @@ ENV_SPEC = EnvSpec(
     name="edit-menu", cls=EditMenuEnv, expert=edit_menu_turns, random_op_expert=True,
     summary="read the file, apply one edit from a menu by name, run the public tests, submit",
     task_sources="bug-fix tasks with an edit menu (--tasks bugfix or a bug-fix JSONL)",
-    accepts=lambda task: bool(task.edit_ops),
+    accepts=lambda task: bool(task.edit_ops) and task.source_file in task.files,  # what _reset_episode needs
     end_reasons=("submitted", "final_answer", "out_of_turns"),
     config_kwargs=lambda cfg: {"max_edits": cfg.max_edits},
 )

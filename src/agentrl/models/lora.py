@@ -52,17 +52,42 @@ def apply_lora(model: Any, *, r: int, alpha: float, dropout: float, target_modul
         model computes exactly what `model` did).
 
     Raises:
-        ValueError: bad r / alpha / dropout, or no module matches target_modules (peft's message).
+        ValueError: bad r / alpha / dropout, no module matches target_modules (naming --lora-target-modules and the
+            model's linear layers), or r above the rank of every targeted layer (naming --lora-r and the most a
+            targeted layer takes), before any adapter is made.
     """
     from peft import LoraConfig, get_peft_model
 
     if r < 1 or not 0 < alpha < math.inf or not 0.0 <= dropout < 1.0:  # NaN alpha: a NaN model, silently
         raise ValueError(f"LoRA needs r >= 1, alpha > 0 and 0 <= dropout < 1, got r={r}, alpha={alpha}, dropout={dropout}")
-    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=parse_target_modules(target_modules),
-                     task_type="CAUSAL_LM", bias="none")
-    peft_model = get_peft_model(model, cfg)
+    targets = parse_target_modules(target_modules)
+    linears = _targeted_linears(model, targets)
+    if linears and r > max(linears.values()):  # a rank past min(in, out) adds nothing, and allocates r x (in + out)
+        raise ValueError(f"--lora-r {r}: above the rank of every targeted layer (at most {max(linears.values())}, "
+                         f"min(in, out) of {max(linears, key=linears.get)}); pass a smaller --lora-r")
+    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM",
+                     bias="none")
+    try:
+        peft_model = get_peft_model(model, cfg)
+    except ValueError as e:  # peft's NoMatchingPeftModuleError: "Target modules {...} not found in the base model"
+        if "not found in the base model" not in str(e):
+            raise
+        names = sorted({n.rsplit(".", 1)[-1] for n in _targeted_linears(model, "all-linear")})
+        raise ValueError(f"--lora-target-modules {target_modules!r}: no module of the model matches; its linear layers "
+                         f"are named {', '.join(names) or '(none)'} (or pass all-linear)") from None
     peft_model.agentrl_base = {"model": base, "seed": seed}
     return peft_model
+
+
+def _targeted_linears(model: Any, targets: str | list[str]) -> dict[str, int]:
+    """{module name: min(in, out)} of `model`'s nn.Linear layers that peft's `targets` selects: every one but the
+    output embedding (the LM head) for "all-linear", else those whose name is or ends in `.<target>`."""
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return {name: min(m.in_features, m.out_features) for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and m is not head
+            and (targets == "all-linear" or any(name == t or name.endswith("." + t) for t in targets))}
 
 
 def is_lora(model: Any) -> bool:

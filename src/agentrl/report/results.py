@@ -141,11 +141,16 @@ class RunResults:
         if write:
             self.write()
 
-    # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains (compile_layers:
-    # the same update up to float rounding; a boolean before 2026-12-04, "auto" by default since).
+    # Config keys a resumed run may change: the schedule and where/how it runs, not what it trains. The update's
+    # speed and memory knobs give the same update up to float rounding (compile_layers: a boolean before 2026-12-04,
+    # "auto" by default since; activation_offloading: new on 2026-12-04, so absent from older runs' files), and
+    # run_folder.memory_hint tells an out-of-memory run to change them (micro_tokens, gradient_checkpointing) and
+    # resume.
     RESUMABLE_CHANGES = frozenset({"steps", "resume", "eval_every", "checkpoint_every", "keep_checkpoints", "out",
                                    "device", "n_boot", "gen_batch", "sampler", "report_to",
-                                   "rollout_workers", "worker_launcher", "ray_graders", "compile_layers"})
+                                   "rollout_workers", "worker_launcher", "ray_graders", "compile_layers",
+                                   "activation_offloading", "gradient_checkpointing", "micro", "micro_tokens",
+                                   "logprob_chunk_rows", "pack_rows"})
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, completed_steps: int,

@@ -46,8 +46,11 @@ from agentrl.rollout.samplers import SAMPLERS
 # an evaluation's task until its end. Far past the largest GRPO steps in use (verl's 1,024 prompts x 16 = 16,384),
 # a size like `--group-size 1e11` is a typo that would allocate until the machine runs out of memory.
 MAX_EPISODES_PER_CALL = 1 << 20
+# torch's intra-op threads (cfg.scale.cpu_threads): above any machine's cores; `--cpu-threads 1e9` made libgomp abort
+# the process inside torch.set_num_threads (no Python error, results.json left "running").
+MAX_CPU_THREADS = 1024
 
-__all__ = ["ADV_MODES", "FLAT", "MAX_EPISODES_PER_CALL", "PRESETS", "RLConfig", "TRAIN_ONLY", "cli_command",
+__all__ = ["ADV_MODES", "FLAT", "MAX_CPU_THREADS", "MAX_EPISODES_PER_CALL", "PRESETS", "RLConfig", "TRAIN_ONLY", "cli_command",
            "flat_fields"]
 
 
@@ -92,6 +95,9 @@ class RLConfig:
                      "keep_checkpoints", "max_observation_chars", "lora_r", "micro_tokens", "cpu_threads"):
             if getattr(v, name) < 0:
                 raise ValueError(f"RLConfig.{name}: expected an integer >= 0, got {getattr(v, name)!r}")
+        if v.cpu_threads > MAX_CPU_THREADS:
+            raise ValueError(f"RLConfig.cpu_threads: expected an integer in [0, {MAX_CPU_THREADS}] (torch intra-op "
+                             f"threads; 0: torch's default), got {v.cpu_threads!r}")
         self._validate_names(v)
         check_seed(v.seed, "RLConfig.seed")
         for name in ("clip_low", "clip_high"):

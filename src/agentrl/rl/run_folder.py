@@ -20,8 +20,9 @@ from agentrl.report.log import log_config, setup_logging
 from agentrl.report.results import RunResults
 from agentrl.rl.checkpoint import latest_checkpoint
 from agentrl.rl.config import RLConfig, cli_command
+from agentrl.rl.offload import resolve_activation_offloading
 from agentrl.rl.run_setup import RunInputs, env_kwargs, env_section
-from agentrl.rl.update import compiled_layer_count
+from agentrl.rl.update import compiled_layer_count, layers_checkpointed
 from agentrl.tasks.sets import TaskSets
 
 log = logging.getLogger("agentrl.train")
@@ -118,7 +119,8 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
                  start_step: int) -> RunResults:
     """The run's results file (`<out>/results.json`): continued on --resume after `start_step` completed
     steps, else a new one; with the sections known before the first step (tools, env, chat template,
-    model size and how it trains: LoRA, the decoder layers compiled for the update; sandbox, tasks)."""
+    model size and how it trains: LoRA, the decoder layers compiled for the update, whether the update
+    offloads activations; sandbox, tasks)."""
     path = out / "results.json"
     if cfg.run.resume and path.exists():
         results = RunResults.resume(path, completed_steps=start_step, config=cfg.to_flat())
@@ -130,13 +132,22 @@ def open_results(cfg: RLConfig, out: Path, tasks: TaskSets, sandbox: Any, inputs
     results.set("model", {"parameters": sum(p.numel() for p in model.parameters()),
                           "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
                           "lora": bool(cfg.update.lora_r),
-                          "compiled_layers": compiled_layer_count(model)})  # compile_layers resolved (0: eager)
+                          "compiled_layers": compiled_layer_count(model),  # compile_layers resolved (0: eager)
+                          "activation_offloading": update_offloads(cfg, model)})
     results.set("sandbox", sandbox.describe())
     results.set("tasks", {"source": tasks.source, "train": len(tasks.train),
                           "heldout_ids": [t.id for t in tasks.heldout],
                           "reward_includes_shown_test": cfg.tasks.reward_includes_shown_test,
                           "heldout_families": {t.id: t.family for t in tasks.heldout}})
     return results
+
+
+def update_offloads(cfg: RLConfig, model: Any) -> bool:
+    """Whether this run's update offloads saved activations: cfg.update.activation_offloading resolved as
+    agentrl.rl.update.accumulate_gradients resolves it (the policy's device and checkpointing), for a run that
+    trains (steps > 0)."""
+    return cfg.run.steps > 0 and resolve_activation_offloading(
+        cfg.update.activation_offloading, next(model.parameters()).device, layers_checkpointed(model))
 
 
 def record_failure(results: RunResults | None, cfg: RLConfig, out: Path, error: BaseException,
@@ -160,7 +171,7 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
     settings that bound this run's memory and the ones to change, in the order they usually pay; else "".
 
     The update's activations grow with the tokens of one microbatch (rows x context, every layer's activations
-    kept for backward unless checkpointed); the fast sampler's static KV cache with gen_batch x
+    kept for backward unless checkpointed, each checkpointed layer's input unless offloaded); the fast sampler's static KV cache with gen_batch x
     max_context_tokens; an asynchronous run holds both at once."""
     if type(error).__name__ != "OutOfMemoryError" and "out of memory" not in str(error).lower():
         return ""
@@ -168,6 +179,8 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
     steps = []
     if not u.gradient_checkpointing:
         steps.append("--gradient-checkpointing (recompute each layer's activations in backward)")
+    if u.activation_offloading == "off":
+        steps.append("--activation-offloading auto (each checkpointed layer's input kept in host memory)")
     if not u.micro_tokens:
         steps.append(f"--micro-tokens {max(1024, s.max_context_tokens)} (token-budget microbatches instead of "
                      f"--micro {u.micro} rows of up to {s.max_context_tokens} tokens)")
@@ -178,5 +191,6 @@ def memory_hint(cfg: RLConfig, error: BaseException) -> str:
         steps.append("--dtype bf16 (weights, gradients and the sampler's cache in half the bytes)")
     return "out of GPU memory: this run's memory is set by " + "; ".join(
         [f"micro {u.micro}", f"micro_tokens {u.micro_tokens}", f"gradient_checkpointing {u.gradient_checkpointing}",
+         f"activation_offloading {u.activation_offloading}",
          f"gen_batch {s.gen_batch}", f"max_context_tokens {s.max_context_tokens}",
          f"dtype {cfg.policy.dtype}"]) + ". Try, in this order: " + "; ".join(steps)

@@ -9,11 +9,12 @@ Standard library only (the eval command reads it while it builds its defaults, b
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from agentrl.preflight import loads_json
+from agentrl.preflight import json_path_of, loads_json
 
 RUN_RECORD_FILE = "agentrl_run.json"
 RECORD_VERSION = 1
@@ -63,7 +64,8 @@ def read_run_record(model: str | os.PathLike) -> tuple[dict[str, Any], Path] | N
     has none (a model not trained by agentrl, or by a version before the record).
 
     Raises:
-        ValueError: the record exists but is not a JSON object with a `settings` object (names the file).
+        ValueError: the record exists but is not a JSON object with a `settings` object, or holds NaN or
+            Infinity (names the file and the key).
     """
     folder = model_folder(model)
     if folder is None or not (folder / RUN_RECORD_FILE).is_file():
@@ -75,4 +77,10 @@ def read_run_record(model: str | os.PathLike) -> tuple[dict[str, Any], Path] | N
         raise ValueError(f"run record {path} is not readable JSON: {e}") from e
     if not isinstance(record, dict) or not isinstance(record.get("settings"), dict):
         raise ValueError(f"run record {path}: expected an object with a 'settings' object")
+    # json.loads takes NaN and Infinity, which write_run_record never writes: a NaN setting compared unequal to itself
+    bad: list[float] = []
+    where = json_path_of(record, lambda v: isinstance(v, float) and not math.isfinite(v) and not bad.append(v))
+    if where is not None:
+        name = "NaN" if math.isnan(bad[0]) else "Infinity" if bad[0] > 0 else "-Infinity"
+        raise ValueError(f"run record {path}: {where} is {name}, not a finite number; fix it there or delete the file")
     return record, path

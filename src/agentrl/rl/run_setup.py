@@ -35,8 +35,10 @@ def env_kwargs(cfg: RLConfig, sandbox: Any) -> dict[str, Any]:
 
 
 def check_env_fits_tasks(env: str, tasks: TaskSets) -> None:
-    """ValueError naming the supported sources when `env` cannot run the tasks of `tasks` (its EnvSpec says)."""
-    check_env_runs(env, [(tasks.train or tasks.heldout)[0]], tasks.source)
+    """ValueError naming the first task `env` cannot run (its EnvSpec says) and the sources it takes: every task,
+    train and held out, so that a task file mixing tasks is refused before the model loads, not at that task's
+    reset mid-run."""
+    check_env_runs(env, [*tasks.train, *tasks.heldout], tasks.source)
 
 
 def env_section(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -198,7 +198,7 @@ class UpdateSection:
     activation_offloading: str = flag_field(
         "auto", "Keep what the update's forward saves for backward outside the checkpointed layers (each layer's "
         "input) in pinned host memory, copied out and back on a side stream that overlaps the compute (agentrl.rl."
-        "offload; the gradient is unchanged): auto | on | off. auto: on when the policy is on CUDA and checkpoints "
+        "offload; the gradient is unchanged): auto | on | off (true/false read as on/off). auto: on when the policy is on CUDA and checkpoints "
         "its layers; on: on CUDA whatever the checkpointing (without it every activation crosses the host link). "
         "A bare --activation-offloading is on, --no-activation-offloading off.",
         ACTIVATION_OFFLOADING, compile_layers_arg, bools=("on", "off"))

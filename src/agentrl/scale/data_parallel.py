@@ -64,8 +64,9 @@ def check_data_parallel(cfg: RLConfig) -> None:
     unsupported = {"lora_r": "LoRA adapters", "agent": "black-box agents (--agent)",
                    "async_rollouts": "--async-rollouts (use --rollout-workers for generation beside training)",
                    "rollout_workers": "--rollout-workers", "ray_graders": "--ray-graders",
-                   "compile_layers": "--compile-layers on"}
-    flat = {**cfg.to_flat(), "compile_layers": cfg.update.compile_layers == "on"}  # auto: eager here
+                   "compile_layers": "--compile-layers on", "activation_offloading": "--activation-offloading on"}
+    flat = {**cfg.to_flat(), "compile_layers": cfg.update.compile_layers == "on",  # auto: eager here
+            "activation_offloading": cfg.update.activation_offloading == "on"}  # auto: not offloaded here
     for name, what in unsupported.items():
         if flat[name]:
             raise ValueError(f"torchrun data parallel does not support {what} yet; run it without torchrun")
@@ -122,8 +123,9 @@ def open_data_parallel(cfg: RLConfig, *, sampler: Any = None) -> Iterator[RunSes
     """
     check_data_parallel(cfg)
     ctx = DistContext.from_env(cfg.policy.device)
-    # compile_layers auto resolves off: the FSDP2 engine (a copy) runs the update, the plain policy only samples
-    cfg = cfg.replace_flat(device=ctx.device, compile_layers="off")
+    # compile_layers and activation_offloading auto resolve off: the FSDP2 engine (a copy) runs the update, the plain
+    # policy only samples (the results file records them off)
+    cfg = cfg.replace_flat(device=ctx.device, compile_layers="off", activation_offloading="off")
     opener = RunSession.open(cfg, sampler=sampler) if ctx.is_main else open_rank_session(cfg, sampler,
                                                                                          name=f"rank{ctx.rank}")
     with opener as sess:

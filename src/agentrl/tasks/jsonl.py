@@ -9,6 +9,7 @@ module, an entry that is not a Python name) raises ValueError naming the file, l
 from __future__ import annotations
 
 import json
+import keyword
 import os
 import re
 import tempfile
@@ -84,8 +85,9 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _meaning_problem(data: dict) -> tuple[str, str] | None:
     """(field, why) for a task that passes the schema but that no environment could run or grade, else None:
     a string that is not UTF-8 text (a lone surrogate), a file path the sandbox's work dir cannot hold, a source file that is not an importable `.py` module
-    path (the hidden tests import it), an entry that is not a Python name, or hidden tests that cannot tell
-    a fix from anything else (none: every episode rewards 0; a blank one passes whatever the policy writes)."""
+    path (the hidden tests import it), an entry that is not a Python name, hidden tests that cannot tell
+    a fix from anything else (none: every episode rewards 0; a blank one passes whatever the policy writes), or an
+    edit menu with two ops of one name or an op that never applies (_edit_ops_problem)."""
     from agentrl.sandbox.process import file_path_problem
 
     bad = lone_surrogate_path(data, dotted=True)
@@ -104,10 +106,27 @@ def _meaning_problem(data: dict) -> tuple[str, str] | None:
             return f"files.{rel[:200]}", f"file path {rel[:200]!r}: {why}"
     src = data["source_file"]  # not always one of `files`: in MBPP the model writes solution.py
     module = src.removesuffix(".py").split("/")
-    if not src.endswith(".py") or not all(_IDENTIFIER.match(part) for part in module):
+    if not src.endswith(".py") or not all(_IDENTIFIER.match(part) and not keyword.iskeyword(part) for part in module):
         return "source_file", f"{src[:200]!r} is not an importable .py module path (the hidden tests import it)"
     if not _IDENTIFIER.match(data["entry"]):
         return "entry", f"{data['entry'][:200]!r} is not a Python function name"
+    if keyword.iskeyword(data["entry"]):  # the pattern's, but no `def` takes it
+        return "entry", f"{data['entry']!r} is not a Python function name (a keyword)"
+    return _edit_ops_problem(data.get("edit_ops", []))
+
+
+def _edit_ops_problem(ops: list[dict]) -> tuple[str, str] | None:
+    """(field, why) for an edit menu the edit-menu env cannot offer as written, else None: two ops of one name (the
+    menu listed it twice, `edit` applied the last, and the scripted expert's correct op could be the other), or an
+    op with an empty `old` (the env refuses it whenever it is picked)."""
+    first: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if op["name"] in first:
+            return f"edit_ops.{i}.name", (f"duplicate edit op name {op['name'][:200]!r} (first at "
+                                          f"edit_ops.{first[op['name']]}); the menu offers ops by name")
+        first[op["name"]] = i
+        if not op["old"]:
+            return f"edit_ops.{i}.old", "empty; an op replaces the one occurrence of `old`, so it never applies"
     return None
 
 

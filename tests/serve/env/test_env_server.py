@@ -271,3 +271,18 @@ def test_run_server_checks_its_config_before_it_probes_the_port(kw, match, monke
     monkeypatch.setattr(app, "build_app", never)  # a config that gets this far would start serving
     with pytest.raises(ValueError, match=match):
         app.run_server(EnvServerConfig(**{"port": 0, **kw}))
+
+
+def test_a_binary_frame_is_answered_in_session_not_a_closed_session(mbpp_server, reference):
+    """OpenEnv reads text frames only: a binary frame (JSON sent as bytes, or any bytes) got the error "'text'" and
+    the session closed, its episode lost. Now it is an INVALID_JSON error frame that says so, and the episode goes on."""
+    task_id, _ = reference
+    with _ws(mbpp_server) as ws:
+        assert _send(ws, {"type": "reset", "data": {"task_id": task_id}})["type"] == "observation"
+        for frame in (b'{"type": "state"}', b"\xff\xfe", b""):
+            ws.send(frame)
+            err = json.loads(ws.recv(timeout=30))
+            assert err["type"] == "error" and err["data"]["code"] == "INVALID_JSON", frame
+            assert "binary frame" in err["data"]["message"] and "text frame" in err["data"]["message"]
+        state = _send(ws, {"type": "state"})
+        assert state["type"] == "state" and state["data"]["task_id"] == task_id

@@ -210,7 +210,8 @@ class FrameGate:
     gets one error frame (OpenEnv's shape,
     code INVALID_JSON) and the session goes on. OpenEnv's loop called `.get` on it, or json.loads raised
     RecursionError, outside its error handling: an "'list' object has no attribute 'get'" frame and the
-    session closed. Text that is not JSON at all passes through (OpenEnv answers it and goes on)."""
+    session closed. A binary frame too (OpenEnv's receive_text: a "'text'" frame and the session closed). Text
+    that is not JSON at all passes through (OpenEnv answers it and goes on)."""
 
     def __init__(self, app: Any):
         self.app = app
@@ -224,9 +225,12 @@ class FrameGate:
             while True:
                 msg = await receive()
                 text = msg.get("text") if msg["type"] == "websocket.receive" else None
-                if text is None:
+                if text is None and msg["type"] == "websocket.receive":  # a binary frame: OpenEnv reads text only
+                    why = (f"a binary frame ({len(msg.get('bytes') or b'')} bytes) is not a message; send each "
+                           "message as a JSON text frame")
+                elif text is None:
                     return msg
-                if len(text) > 1 << 16:  # parsing a large frame would hold the event loop
+                elif len(text) > 1 << 16:  # parsing a large frame would hold the event loop
                     import anyio.to_thread
 
                     why = await anyio.to_thread.run_sync(_frame_error, text)
