@@ -62,6 +62,20 @@ HOSTILE = {
 }
 
 
+# Also hostile: hacks that reached the grader from inside its own process while the tests ran beside the agent's module: the
+# guard found through globals() and replaced, and the harness's per-test runner patched so that every test passes.
+IN_PROCESS_HACKS = {
+    "guard replaced through globals()": "class Yes:\n    def __eq__(self, o):\n        return True\n"
+                                        "def _swap():\n    g = globals()\n    for k in list(g):\n"
+                                        "        if k.startswith('_guard'):\n            g[k] = lambda o: o\n    return 1\n"
+                                        "_ok = _swap()\ndef square(x):\n    return Yes()",
+    "harness runner patched": "import sys\n_m = sys.modules['__main__']\n"
+                              "_ok = setattr(_m, '_run_one_test', lambda *a, **k: ('pass', ''))\n"
+                              "def square(x):\n    return 0",
+}
+HOSTILE.update(IN_PROCESS_HACKS)  # the tests compare in a process the module's code never runs in
+
+
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_session_state_cannot_forge_a_pass(env, name):
     env.reset(SQUARE)
@@ -138,23 +152,3 @@ def test_grader_keeps_plain_python_semantics(sandbox):
     assert _graded(sandbox, obj, ("assert make() is not None",)) == ["error"]  # not plain data: a clear TypeError
 
 
-# Hacks that reached the grader from inside its own process while the tests ran beside the agent's module: the
-# guard found through globals() and replaced, and the harness's per-test runner patched so that every test passes.
-IN_PROCESS_HACKS = {
-    "guard replaced through globals()": "class Yes:\n    def __eq__(self, o):\n        return True\n"
-                                        "def _swap():\n    g = globals()\n    for k in list(g):\n"
-                                        "        if k.startswith('_guard'):\n            g[k] = lambda o: o\n    return 1\n"
-                                        "_ok = _swap()\ndef square(x):\n    return Yes()",
-    "harness runner patched": "import sys\n_m = sys.modules['__main__']\n"
-                              "_ok = setattr(_m, '_run_one_test', lambda *a, **k: ('pass', ''))\n"
-                              "def square(x):\n    return 0",
-}
-
-
-@pytest.mark.parametrize("name", list(IN_PROCESS_HACKS))
-def test_code_in_the_graded_module_cannot_reach_the_test_comparisons(env, name):
-    """The tests compare in a process that the agent's code never runs in, so neither hack passes a test."""
-    env.reset(SQUARE)
-    env.step([run(IN_PROCESS_HACKS[name])])
-    env.final_answer("done")
-    assert env.reward() == 0.0, name
