@@ -150,5 +150,3 @@ def test_grader_keeps_plain_python_semantics(sandbox):
     assert _graded(sandbox, counter, ("assert count('aab') == {'a': 2, 'b': 1}",)) == ["pass"]
     obj = "class P:\n    pass\ndef make():\n    return P()"
     assert _graded(sandbox, obj, ("assert make() is not None",)) == ["error"]  # not plain data: a clear TypeError
-
-
