@@ -108,3 +108,18 @@ def test_every_flag_names_its_default_at_most_once():
                 seen += 1
                 assert fmt._get_help_string(a) == a.help, (p.prog, a.dest)  # nothing appended
     assert seen >= 5
+
+
+@pytest.mark.parametrize("cmd", ["serve", "serve-policy"])
+def test_float_flags_refuse_nan_and_inf_at_parse_naming_the_flag(cmd, capsys):
+    """Commands whose float flags go straight to code (train, eval and sft check theirs in their configs):
+    `serve-policy --max-wall-s nan` failed later without naming the flag. Every float flag is a checked type."""
+    floats = [a for a in _sub(cmd)._actions if a.option_strings and a.type is not None
+              and getattr(a.type, "__name__", "") in ("float", "positive_float", "non_negative_float")]
+    assert floats and not [a.option_strings[0] for a in floats if a.type is float]
+    for action in floats:
+        flag = action.option_strings[0]
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(SystemExit):
+                build_parser().parse_args([cmd, flag, bad])
+            assert f"argument {flag}" in capsys.readouterr().err, (flag, bad)

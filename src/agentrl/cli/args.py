@@ -231,6 +231,18 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """argparse `type=` for finite quantities >= 0 (seconds where 0 means never); NaN, inf and negatives raise
+    argparse.ArgumentTypeError."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse `type=` for finite quantities > 0 (seconds, limits); NaN, inf, 0 and negatives raise
     argparse.ArgumentTypeError."""

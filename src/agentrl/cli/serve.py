@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from agentrl.cli.args import non_negative_float
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `serve`."""
@@ -30,9 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     server.add_argument("--port", type=int, default=d.port, help="port (0: any free one, printed at start)")
     server.add_argument("--max-concurrent-envs", type=int, default=d.max_concurrent_envs,
                    help="open sessions at most; the next one is refused with CAPACITY_REACHED")
-    server.add_argument("--session-timeout-s", type=float, default=d.session_timeout_s,
+    server.add_argument("--session-timeout-s", type=non_negative_float, default=d.session_timeout_s,
                    help="close a session idle this long, seconds (0: never)")
-    server.add_argument("--drain-timeout-s", type=float, default=d.drain_timeout_s,
+    server.add_argument("--drain-timeout-s", type=non_negative_float, default=d.drain_timeout_s,
                    help="on SIGTERM, how long in-flight requests may finish, seconds")
     p.set_defaults(func=serve_main)
 

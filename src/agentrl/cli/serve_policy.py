@@ -13,7 +13,7 @@ import ipaddress
 import logging
 from typing import Any
 
-from agentrl.cli.args import positive_int
+from agentrl.cli.args import positive_float, positive_int
 from agentrl.cli.flags import add_policy_flags, policy_from_args
 from agentrl.models.policy import PolicyConfig
 
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     sampling.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
     budgets.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
     budgets.add_argument("--max-rollout-tokens", type=positive_int, default=32768, help="completion tokens per rollout")
-    budgets.add_argument("--max-wall-s", type=float, default=900.0, help="seconds per rollout")
+    budgets.add_argument("--max-wall-s", type=positive_float, default=900.0, help="seconds per rollout")
     sampling.add_argument("--gen-batch", type=positive_int, default=16, help="requests sampled together")
     server.add_argument("--require-open", action="store_true",
                    help="refuse rollout ids not opened with POST /rollouts/<id> (default: any API key opens one)")
