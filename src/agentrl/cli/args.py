@@ -231,25 +231,25 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def non_negative_float(text: str) -> float:
-    """argparse `type=` for finite quantities >= 0 (seconds where 0 means never); NaN, inf and negatives raise
-    argparse.ArgumentTypeError."""
+def _float_from_zero(text: str, *, zero_ok: bool) -> float:
+    """`text` as a finite float > 0 (or >= 0 with zero_ok); raises argparse.ArgumentTypeError naming the bound."""
+    bound = ">= 0" if zero_ok else "> 0"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}") from None
+    if not (0 <= value if zero_ok else 0 < value) or value == math.inf:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {value}")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse `type=` for finite quantities >= 0 (seconds where 0 means never); NaN, inf and negatives raise
+    argparse.ArgumentTypeError."""
+    return _float_from_zero(text, zero_ok=True)
 
 
 def positive_float(text: str) -> float:
     """argparse `type=` for finite quantities > 0 (seconds, limits); NaN, inf, 0 and negatives raise
     argparse.ArgumentTypeError."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
-    return value
+    return _float_from_zero(text, zero_ok=False)
