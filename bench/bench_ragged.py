@@ -22,6 +22,14 @@ of the call (prefill included); dec_tok_s = the same minus a 1-token run
 (prefill only); median of --repeats timed calls after one warm-up call (graph captures). The target figure is
 ragged dec_tok_s / full dec_tok_s >= 0.9 ("compaction within 10% of a full batch").
 
+--regions (issue 26 item 2: where a continuous call's time goes beside a full batch's): after the timed calls, one
+more call of each row with the sampler's host checks and admissions bracketed by CUDA events (no syncs added;
+on the CPU, perf_counter): decode_ms = (call - checks - the first admission) / steps, the device time of one decode
+step with its launch gaps; check_s = the checks' time without their admissions (the done-flag and harvest syncs,
+the host's bookkeeping); admit_s = the admissions' time (prefill of the admitted rows, sampling their first token);
+pf_ms_ktok = admit_s per 1000 prefilled tokens, and pf1_ms_ktok the same in the 1-token call (whose prefill
+dec_tok_s subtracts: admissions of whole batches, not of admit_rows rows).
+
     PYTHONPATH=src python bench/bench_ragged.py --device cuda [--config PATH] [--batch 128]
     PYTHONPATH=src python bench/bench_ragged.py --device cpu --tiny --batch 6 --ctx 40 --max-new 12   # smoke
 """
@@ -65,6 +73,88 @@ MODES = ("full", "continuous", "ragged", "ragged_fine", "no_compact")
 FINE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  # x1.5 / x1.33 steps
 
 
+class Regions:
+    """Device time of named regions of a sampler call, from CUDA events recorded around them (no syncs until
+    `totals`; on the CPU, perf_counter). `wrap(obj, attr, key)` brackets every call of the bound method
+    `obj.attr` (an instance attribute shadowing the class's, so only this object is timed)."""
+
+    def __init__(self, device: str):
+        import torch
+
+        self.cuda = str(device).startswith("cuda")
+        self.torch = torch
+        self.spans: dict[str, list] = {}
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def wrap(self, obj, attr: str, key: str) -> None:
+        orig = getattr(obj, attr)
+
+        def timed_call(*a, **kw):
+            start = self.mark()
+            try:
+                return orig(*a, **kw)
+            finally:
+                self.spans.setdefault(key, []).append((start, self.mark()))
+
+        setattr(obj, attr, timed_call)
+
+    def totals(self) -> dict[str, tuple[int, float]]:
+        """{key: (calls, seconds)}."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        sec = (lambda a, b: a.elapsed_time(b) / 1e3) if self.cuda else (lambda a, b: b - a)
+        return {k: (len(v), sum(sec(a, b) for a, b in v)) for k, v in self.spans.items()}
+
+
+def region_call(fs, contexts, budgets, device: str) -> dict:
+    """One call of FastSampler `fs` with its whole call, host checks and admissions timed by Regions (see the
+    module doc, --regions): {"calls": seconds, "check": (n, s), "admit": (n, s), "first_admit_s", "steps",
+    "prefill_tokens"}."""
+    reg = Regions(device)
+    for attr in ("_run", "_check", "_admit"):
+        reg.wrap(fs, attr, attr)
+    first: list = []
+    orig_admit = fs._admit
+
+    def admit(cis, t):  # the t = 0 admission runs outside every check
+        if t == 0 and not first:
+            first.append(reg.mark())
+            try:
+                return orig_admit(cis, t)
+            finally:
+                first.append(reg.mark())
+        return orig_admit(cis, t)
+
+    fs._admit = admit
+    try:
+        fs(contexts, budgets)
+        tot = reg.totals()
+    finally:
+        for attr in ("_run", "_check", "_admit"):
+            fs.__dict__.pop(attr, None)
+    first_s = (first[0].elapsed_time(first[1]) / 1e3 if reg.cuda else first[1] - first[0]) if first else 0.0
+    return {"call_s": tot["_run"][1], "check": tot.get("_check", (0, 0.0)), "admit": tot.get("_admit", (0, 0.0)),
+            "first_admit_s": first_s, "steps": fs.stats["decode_steps"],  # stats: of the last call
+            "prefill_tokens": fs.stats["prefill_tokens"]}
+
+
+def region_fields(timed_call: dict, one_token: dict) -> dict:
+    """The --regions columns from region_call of a timed call and of the 1-token call (module doc)."""
+    c = timed_call
+    admit_s = c["admit"][1]
+    check_s = c["check"][1] - (admit_s - c["first_admit_s"])  # checks without the admissions they ran
+    decode_s = c["call_s"] - c["check"][1] - c["first_admit_s"]
+    return {"decode_ms": 1e3 * decode_s / max(c["steps"], 1), "check_s": check_s, "admit_s": admit_s,
+            "pf_ms_ktok": 1e6 * admit_s / max(c["prefill_tokens"], 1),
+            "pf1_ms_ktok": 1e6 * one_token["admit"][1] / max(one_token["prefill_tokens"], 1)}
+
+
 def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[int, ...] | None = None,
              max_batch: int | None = None, admit_rows: int | None = None) -> dict:
     """Warm-up call, then --repeats timed calls and a 1-token call of one FastSampler (`max_batch` rows at a
@@ -86,7 +176,13 @@ def run_mode(model, contexts, budgets, args, check_every: int, buckets: tuple[in
     fs.clear_kv()
     _, prefill_s = timed(lambda: fs(contexts, [1] * len(contexts)), args.device)
     wall = statistics.median(times)
-    return {"tokens": tokens, "steps": steps, "occupancy": (tokens - len(contexts)) / max(row_steps, 1),
+    regions = {}
+    if args.regions:
+        fs.clear_kv()
+        timed_regions = region_call(fs, contexts, budgets, args.device)
+        fs.clear_kv()
+        regions = region_fields(timed_regions, region_call(fs, contexts, [1] * len(contexts), args.device))
+    return regions | {"tokens": tokens, "steps": steps, "occupancy": (tokens - len(contexts)) / max(row_steps, 1),
             "checks": checks, "admits": admits,
             "wall_s": wall, "prefill_s": prefill_s, "tok_s": tokens / wall,
             "dec_tok_s": (tokens - len(contexts)) / max(wall - prefill_s, 1e-9), "peak_gib": peak_gib(args.device),
@@ -118,7 +214,8 @@ COLUMNS = [("mode", ""), ("batch", "d"), ("requests", "d"), ("admit_rows", "d"),
            ("checks", "d"), ("admits", "d"),
            ("min_new", "d"), ("max_new", "d"), ("wall_s", ".3f"),
            ("prefill_s", ".3f"), ("tok_s", ".0f"), ("dec_tok_s", ".0f"), ("vs_full", ".3f"), ("peak_gib", ".1f"),
-           ("warmup_s", ".2f"), ("captures", "d"), ("capture_s", ".2f")]
+           ("warmup_s", ".2f"), ("captures", "d"), ("capture_s", ".2f"),
+           ("decode_ms", ".3f"), ("check_s", ".3f"), ("admit_s", ".3f"), ("pf_ms_ktok", ".3f"), ("pf1_ms_ktok", ".3f")]
 
 
 def main() -> int:
@@ -142,6 +239,8 @@ def main() -> int:
     p.add_argument("--admit-rows", dest="admit_rows", type=int, nargs="*", default=[],
                    help="extra continuous rows `continuous_kK`, FastSampler(admit_rows=K) (the continuous row: "
                         "its default, max(1, batch // 16))")
+    p.add_argument("--regions", action="store_true",
+                   help="one more call per row with host checks and admissions timed by CUDA events (module doc)")
     args = p.parse_args()
     if args.batch < 1 or args.max_new < 4 or args.repeats < 1 or any(k < 1 for k in args.admit_rows):
         p.error("need --batch >= 1, --max-new >= 4, --repeats >= 1, --admit-rows >= 1")

@@ -122,7 +122,7 @@ if [ -n "${SMOKE:-}" ]; then
       --forms matmul sdpa triton --tiles 64:3:4 32:2:4
   fi
   part logprob 120 bench_rollout "${QWEN3[@]}" --dtype fp32 --check-only --decode-attention "${ATT[@]}"
-  part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1
+  part ragged 300 bench_ragged "${QWEN3[@]}" --batch 6 --ctx 40 --min-new 3 --max-new 12 --repeats 1 --regions
   part update 600 bench_update "${QWEN3[@]}" --dtypes bf16 --gc off on --methods packed naive --rows 8 --group 4 \
     --length 64 --prompt 16 --segment 8 --extra-rows bf16:on:200
   part step 600 bench_step "${QWEN3[@]}" --envs coding-tools --dtypes bf16 --steps 1 --micro 2 --prompts 2 --group 3 \
@@ -165,7 +165,7 @@ else
   part attention_ragged 60 bench_decode_attention --batches 64 256 --ragged --forms sdpa triton \
     --tiles 64:3:4 64:2:4 128:2:8 32:4:4
   # 3 timed calls per row, their median: one call's figure spread 0.856-0.933 across sessions (2026-12-04)
-  part ragged 120 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 3
+  part ragged 150 bench_ragged "${QWEN3[@]}" --batch 128 --min-new 64 --max-new 250 --repeats 3 --regions
   # extra rows: the token-budget candidates for item 5's default (16k without and with checkpointing, 32k with; the
   # fourth session measured only 32k with checkpointing: 41.0k tokens/s, 2.75x full logits, but 1.48x its memory);
   # `default`: RLConfig's default update as it runs here (compiled layers since 2026-12-04, activation offloading
