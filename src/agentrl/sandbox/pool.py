@@ -53,7 +53,8 @@ class Zygote:
         os.makedirs(self.dir, mode=0o711, exist_ok=True)
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         reap = "1" if (self.uid is not None or backend.name == "bwrap") else "0"
-        mode = ["zygote", str(child.fileno()), "-" if self.uid is None else str(self.uid), reap]
+        preload = json.dumps(list(backend.sys_path) if backend.preload_pytest else [])
+        mode = ["zygote", str(child.fileno()), "-" if self.uid is None else str(self.uid), reap, preload]
         try:
             self.proc = spawn_long_lived(backend.command(self.dir, mode), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=_zygote_log(),

@@ -132,6 +132,8 @@ class Backend:
         launcher: path of the copied child launcher inside `root`.
         drop_uid: True when we are root and children switch to a dedicated unprivileged uid.
         notes: why a fallback happened or what does not hold (reported by describe()).
+        preload_pytest: warm-pool workers import pytest from `sys_path` before their first job, so each pytest
+            job's fork starts with it imported (agentrl.sandbox._child.preload_pytest).
     """
 
     name: str
@@ -142,6 +144,7 @@ class Backend:
     launcher: str
     drop_uid: bool
     notes: list[str] = field(default_factory=list)
+    preload_pytest: bool = True
 
     def env(self, workdir: str) -> dict[str, str]:
         """The child's whole environment: PATH, HOME (the work dir) and LANG."""

@@ -74,6 +74,9 @@ class Sandbox:
         max_workers: warm-pool width and default batch concurrency (default: CPU count, 1..16).
         warm_pool: reuse pre-started clean interpreters (fork per job); False starts a fresh
             interpreter per call (the baseline of bench/bench_sandbox.py).
+        preload_pytest: the warm pool's interpreters import pytest before their first job, so a
+            `python -m pytest` run costs about a third of its CPU time (bench/bench_sandbox.py --pytest);
+            False imports it in each job, as a fresh interpreter does.
 
     Raises RuntimeError if backend="bwrap" is asked for and unusable, or if (as root) no temp dir is
     traversable by the unprivileged job uid (a private TMPDIR falls back to /tmp, /var/tmp or
@@ -82,7 +85,7 @@ class Sandbox:
     """
 
     def __init__(self, limits: SandboxLimits | None = None, backend: str = "auto",
-                 max_workers: int | None = None, warm_pool: bool = True):
+                 max_workers: int | None = None, warm_pool: bool = True, preload_pytest: bool = True):
         self.limits = limits or SandboxLimits()
         self.max_workers = max(1, min(16, max_workers or os.cpu_count() or 1))
         base = sandbox_tmp_base(os.geteuid() == 0)
@@ -93,6 +96,7 @@ class Sandbox:
         except BaseException:
             shutil.rmtree(self._root, ignore_errors=True)
             raise
+        self._backend.preload_pytest = preload_pytest
         if base != tempfile.gettempdir():
             self._backend.notes.append(f"temp dir {tempfile.gettempdir()} is private; sandbox root is in {base}")
         try:

@@ -1,0 +1,73 @@
+"""The warm pool's workers import pytest before their first job (Sandbox(preload_pytest=True), the default): a
+pytest job's fork finds it imported, sys.path is what it was without the preload, and what one job does to the
+preloaded modules never reaches the next job."""
+
+import pytest
+
+from agentrl.sandbox import Sandbox, SandboxLimits
+from agentrl.sandbox._child import preload_pytest
+
+LIMITS = SandboxLimits(timeout_s=30.0, cpu_s=10)  # pytest runs, on a CI machine that may be loaded
+
+PROBE = "import sys\nprint('pytest' in sys.modules, '_pytest.python' in sys.modules)\nprint(sys.path[1:])\n"
+
+
+@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
+def pair(request):
+    """(preloading sandbox, non-preloading sandbox) of one backend, one worker each: every job of a sandbox
+    forks from the same worker."""
+    try:
+        on = Sandbox(limits=LIMITS, backend=request.param, max_workers=1)
+    except RuntimeError as e:
+        pytest.skip(f"bubblewrap unusable on this host: {e}")
+    off = Sandbox(limits=LIMITS, backend=request.param, max_workers=1, preload_pytest=False)
+    yield on, off
+    on.close()
+    off.close()
+
+
+def test_jobs_fork_with_pytest_imported_and_the_same_sys_path(pair):
+    on, off = pair
+    got_on = on.run({"probe.py": PROBE}, ["python", "probe.py"]).stdout.splitlines()
+    got_off = off.run({"probe.py": PROBE}, ["python", "probe.py"]).stdout.splitlines()
+    assert got_on[0] == "True True"
+    assert got_off[0] == "False False"
+    assert got_on[1] == got_off[1]  # past the work dir (a per-job temp dir), the same import path
+
+
+def test_a_job_that_patches_preloaded_pytest_does_not_reach_the_next_job(pair):
+    on, _ = pair
+    hack = ("import _pytest.python, pytest\n"
+            "_pytest.python.Function.runtest = lambda self: None\n"
+            "pytest.main = lambda *a, **k: 0\n")
+    files = {"m.py": "def f():\n    return 1\n", "test_m.py": "from m import f\n\ndef test_f():\n    assert f() == 2\n"}
+    # within the job, the patch works (the job's own process): its own pytest run passes
+    inside = on.run(files | {"hack.py": hack + "import sys\nsys.exit(pytest.main(['-q', 'test_m.py']))\n"},
+                    ["python", "hack.py"])
+    assert inside.exit_code == 0
+    # the next job on the same worker gets the unpatched modules: the failing test fails
+    after = on.run(files, ["python", "-m", "pytest", "-q", "test_m.py"])
+    assert after.exit_code == 1 and "1 failed" in after.stdout
+
+
+def test_pytest_runs_the_same_with_and_without_the_preload(pair):
+    on, off = pair
+    files = {"m.py": "def f(x):\n    return x + 1\n",
+             "test_m.py": "from m import f\n\ndef test_a():\n    assert f(1) == 2\n\ndef test_b():\n    assert f(1) == 3\n"}
+    a = on.run(files, ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_m.py"])
+    b = off.run(files, ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_m.py"])
+    assert a.exit_code == b.exit_code == 1
+    assert "assert 2 == 3" in a.stdout  # assertion rewriting still on with the preloaded modules
+    strip = [ln for ln in a.stdout.splitlines() if " in " not in ln]  # the summary line's seconds differ
+    assert strip == [ln for ln in b.stdout.splitlines() if " in " not in ln]
+
+
+def test_a_preload_that_cannot_import_leaves_the_path_and_raises_nothing(monkeypatch):
+    import sys
+
+    before = list(sys.path)
+    monkeypatch.setitem(sys.modules, "pytest", None)  # `import pytest` raises ImportError
+    preload_pytest(["/nonexistent-agentrl-site"])
+    assert sys.path == before
+    preload_pytest([])
+    assert sys.path == before
