@@ -15,6 +15,7 @@ text goes to stdout/stderr and is never parsed by the parent.
 
 import builtins
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -691,6 +692,7 @@ def main_zygote(sock_fd, uid, reap_all, preload=()):
     to preload pytest from (preload_pytest), after dropping privileges."""
     drop_privileges(uid)
     preload_pytest(preload)
+    gc.freeze()  # the zygote's objects are permanent in its forks: a job's collections skip (and never write) them
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sock = socket.socket(fileno=sock_fd)
     sock.sendall(b'{"ready": true}\n')
