@@ -71,3 +71,24 @@ def test_a_preload_that_cannot_import_leaves_the_path_and_raises_nothing(monkeyp
     assert sys.path == before
     preload_pytest([])
     assert sys.path == before
+
+
+@pytest.mark.parametrize("shadow", ["random.py", "pkg/logging/__init__.py", "sub/calendar.py"])
+def test_a_work_dir_module_named_like_a_preloaded_one_shadows_it_as_in_a_shell(pair, shadow):
+    """A module of the job's own named like one the preload imported (pytest imports `random`, `logging`,
+    `calendar`...) is what the job imports, as without the preload: the preloaded modules are dropped first."""
+    on, off = pair
+    name = shadow.removesuffix("/__init__.py").removesuffix(".py").rsplit("/", 1)[-1]
+    where = shadow.rsplit("/", 2)[0] if shadow.endswith("__init__.py") else shadow.rpartition("/")[0]
+    script = f"import sys\nsys.path.insert(0, {where!r})\nimport {name}\nprint({name}.X)\n" if where else \
+        f"import {name}\nprint({name}.X)\n"
+    files = {shadow: "X = 'local'\n", "s.py": script}
+    for sb in (on, off):
+        r = sb.run(files, ["python", "s.py"])
+        assert (r.exit_code, r.stdout) == (0, "local\n"), r.stderr[-500:]
+    if shadow == "random.py":  # pytest's own imports get the local module too, and fail the same way
+        files = {shadow: "X = 'local'\n", "test_s.py": "def test_x():\n    pass\n"}
+        runs = [sb.run(files, ["python", "-m", "pytest", "-q", "test_s.py"]) for sb in (on, off)]
+        assert runs[0].exit_code == runs[1].exit_code != 0
+        assert "cannot import name 'Random' from 'random'" in runs[0].stderr
+        assert runs[0].stderr.splitlines()[-1] == runs[1].stderr.splitlines()[-1]

@@ -577,6 +577,7 @@ def execute(spec, result_fd, extra_processes=0):
             sys.path.append(p)
         os.chdir(spec["workdir"])
         os.environ["HOME"] = spec["workdir"]
+        unshadow_preload(spec["workdir"])
         isolated = spec["kind"] == "tests" and bool(spec.get("isolate"))
         apply_limits(spec["limits"], extra_processes, processes=not isolated)
         report = _reporter(result_fd, spec.pop("marker"))
@@ -663,28 +664,47 @@ def _serve_one(sock, spec, fds, reap_all):
     sock.sendall((json.dumps({"exit_code": code, "timed_out": timed_out}) + "\n").encode())
 
 
+_PRELOADED = ()  # names preload_pytest added to sys.modules (in a zygote and its forks)
+
+
 def preload_pytest(paths):
     """Import pytest and its default plugins from `paths` (the jobs' sys_path) into this zygote, so a pytest
-    job's fork finds them in sys.modules instead of importing them (~90 of ~135 ms of CPU per `python -m
-    pytest` run, bench/README.md "pytest preloaded in the pool"). Nothing of a job's runs here; each job is a
-    fresh fork, so what one does to these modules never reaches the next. sys.path is left as it was. Any
-    failure leaves the import to the job, as without a preload."""
+    job's fork finds them in sys.modules instead of importing them (docs/sandbox.md, "pytest preloaded").
+    Nothing of a job's runs here; each job is a fresh fork, so what one does to these modules never reaches the
+    next. sys.path is left as it was; the names added are kept in _PRELOADED (see unshadow_preload). Any failure
+    leaves the import to the job, as without a preload."""
+    global _PRELOADED
     if not paths:
         return
-    before = list(sys.path)
+    before, had = list(sys.path), set(sys.modules)
     sys.path.extend(paths)
     try:
-        pytest = importlib.import_module("pytest")
+        importlib.import_module("pytest")
         for name in (*importlib.import_module("_pytest.config").default_plugins, "assertion.rewrite"):
             try:
                 importlib.import_module("_pytest." + name)
             except Exception:  # a plugin this pytest lacks, or one needing what is not here: its job imports it
                 pass
-        del pytest
     except Exception:
         pass
     finally:
         sys.path[:] = before
+        _PRELOADED = tuple(sorted(set(sys.modules) - had))
+
+
+def unshadow_preload(workdir):
+    """In a job's fork: if the work dir holds a module or package (at any depth: a script's folder, pytest's
+    rootdir and test folders go on sys.path) named like a top-level module the preload imported (`random.py`,
+    `logging/`, `code.py`: pytest imports ~120 of them), drop every preloaded module from sys.modules, so the job
+    imports as a fresh interpreter would and the job's own module shadows the standard one, as in a shell."""
+    if not _PRELOADED:
+        return
+    tops = {n.partition(".")[0] for n in _PRELOADED}
+    for _root, dirs, files in os.walk(workdir):
+        if any(d in tops for d in dirs) or any(f[:-3] in tops for f in files if f.endswith(".py")):
+            for name in _PRELOADED:
+                sys.modules.pop(name, None)
+            return
 
 
 def main_zygote(sock_fd, uid, reap_all, preload=()):
