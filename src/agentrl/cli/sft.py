@@ -14,6 +14,7 @@ from agentrl.cli.args import positive_int
 from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags, policy_from_args
 from agentrl.models.dtypes import DTYPE_HELP
+from agentrl.rl.sections import AGENT_ISOLATION, switch_arg
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.run import SFTRunConfig, run_sft
 
@@ -64,7 +65,8 @@ def register(subparsers: Any) -> None:
     tasks.add_argument("--agent", default=d.agent, choices=("", "opencode"),
                    help="play the expert through a black-box harness: opencode (bug-fix tasks; the warm start "
                         "of `train --agent opencode`) (default: '', agentrl's own --env loop)")
-    tasks.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
+    tasks.add_argument("--agent-isolation", default=d.agent_isolation, choices=AGENT_ISOLATION,
+                   type=switch_arg(AGENT_ISOLATION, None, "none", "agent_isolation"),
                    help="with --agent: bubblewrap where usable (auto), required (bwrap), or none")
     tasks.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
     tasks.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
