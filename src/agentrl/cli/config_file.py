@@ -78,7 +78,7 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # PyYAML skips a BOM too; this says it here
     except UnicodeDecodeError as e:
         raise ValueError(f"--config {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:

@@ -28,7 +28,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
-from agentrl.preflight import check_input_file, loads_json, lone_surrogate_path
+from agentrl.preflight import BOM_BYTES, check_input_file, loads_json, lone_surrogate_path
 from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
@@ -370,7 +370,7 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
         for lineno, raw in enumerate(f, 1):
             where = f"{p}:{lineno}"
             try:
-                line = raw.decode("utf-8")
+                line = (raw.removeprefix(BOM_BYTES) if lineno == 1 else raw).decode("utf-8")  # a Windows editor's BOM
             except UnicodeDecodeError as e:
                 raise ValueError(f"{where}: not UTF-8 text at byte {e.start} of the line") from None
             if not line.strip():
