@@ -161,14 +161,23 @@ def check_input_file(path: str | os.PathLike, kind: str, expected: str = "") -> 
     return p
 
 
+# the UTF-8 byte order mark as text: what a user's file may start with (decode those with "utf-8-sig", or strip it)
+BOM = "\ufeff"
+BOM_BYTES = BOM.encode("utf-8")
+
+
 def loads_json(text: str | bytes, where: str) -> Any:
     """json.loads of user-supplied JSON (a file's text or line, a request body) whose every failure is a ValueError.
 
     json.JSONDecodeError passes through unchanged, for the caller to word with its position. The two other ways
     json.loads fails on hostile input become a ValueError naming `where`: arrays/objects nested past Python's
     recursion limit (a RecursionError, which no caller catches as bad input) and an integer of more digits
-    than sys.get_int_max_str_digits() (a ValueError without a position that advises a Python call).
+    than sys.get_int_max_str_digits() (a ValueError without a position that advises a Python call). A UTF-8 byte
+    order mark before the JSON (Windows editors write one) is skipped: json.loads refused a str that starts with it
+    ("Unexpected UTF-8 BOM").
     """
+    if isinstance(text, str):
+        text = text.removeprefix(BOM)
     try:
         return json.loads(text)
     except json.JSONDecodeError:

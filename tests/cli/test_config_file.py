@@ -25,7 +25,7 @@ def _error(capsys, argv):
     ("smoke", "thinking: maybe", "thinking: expected true or false, got 'maybe'"),
     ("sft", "split: both", "split: expected one of 'train', 'heldout', got 'both'"),
     ("sft", "random_op: maybe", "random_op: expected true or false, got 'maybe'"),
-    ("sft", "random-op: 1", "random-op: expected true or false, got 1"),
+    ("sft", "random-op: 2", "random-op: expected true or false, got 2"),
     ("sft", "agent: claude", "agent: expected one of '', 'opencode', got 'claude'"),
     ("sft", "n_tasks: 0", "n_tasks: expected an integer >= 1, got 0"),
     ("sft", "lr: {a: 1}", "lr: expected a single value, got {'a': 1}"),
@@ -267,3 +267,59 @@ def test_an_empty_section_sets_nothing(tmp_path, capsys):
     path.write_text("lr: 0.003\nupdate:\n  # activation_offloading: off\nsampling:\n")
     assert main(["train", "--config", str(path), "--print-config"]) == 0
     assert "lr: 0.003" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("text, key, stored", [
+    ("activation_offloading: on", "activation_offloading", "'on'"),  # YAML 1.1: an unquoted on is a bool
+    ("activation_offloading: off", "activation_offloading", "'off'"),
+    ("activation_offloading: 1", "activation_offloading", "'on'"),  # a JSON config's 1 / 0
+    ("compile_layers: 0", "compile_layers", "'off'"),
+    ("compile_layers: yes", "compile_layers", "'on'"),
+    ("is_correction: off", "is_correction", "'off'"),
+    ("is_correction: 0", "is_correction", "'off'"),
+    ("agent_isolation: off", "agent_isolation", "none"),
+    ("report_to: no", "report_to", "none"),
+    ("warm_start: false", "warm_start", "none"),
+    ("randomize_names: 0", "randomize_names", "false"),
+    ('{"pack_rows": 1, "mask_truncated": 1}', "mask_truncated", "true"),
+])
+def test_true_and_false_in_a_file_read_as_the_fields_on_and_off(text, key, stored, tmp_path, capsys):
+    """Every field that takes on/off words reads YAML's bool (`on`, `off`, `yes`, `no` unquoted) and JSON's 1 / 0 as
+    its on / off choice, and a boolean field reads 1 / 0, as the same flags read `--flag 1` (they were refused as
+    "expected a string of UTF-8 text, got 1" or "got False")."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    assert main(["train", "--config", str(path), "--print-config"]) == 0
+    assert f"{key}: {stored}" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command, text, expected", [
+    ("train", "is_correction: on", "RLConfig.is_correction: expected one of 'stale', 'always', 'off' (an unquoted "
+                                   "YAML on/off/yes/no reads as true/false), got True"),
+    ("train", "warm_start: yes", "RLConfig.warm_start: expected one of 'none', 'sft' (an unquoted YAML on/off/yes/no "
+                                 "reads as true/false), got True"),
+    ("train", "compile_layers: 2", "RLConfig.compile_layers: expected one of 'auto', 'on', 'off', got 2"),
+    ("train", "randomize_names: 2", "RLConfig.randomize_names: expected true or false, got 2"),
+    ("eval", "is_correction: on", "--config {path}: RLConfig.is_correction: expected one of 'stale', 'always', 'off' "
+                                  "(an unquoted YAML on/off/yes/no reads as true/false), got True (a key this command "
+                                  "does not use, checked so that the file stays valid for `agentrl train`)"),
+])
+def test_a_switch_value_with_no_meaning_names_the_choices(command, text, expected, tmp_path, capsys):
+    """true where no choice means on (is_correction: stale or always?), and integers other than 1 / 0, are refused
+    naming the field's choices (the message said "expected a string of UTF-8 text")."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    try:
+        code = main([command, "--config", str(path), "--print-config"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == f"agentrl {command}: error: {expected.format(path=path)}"
+
+
+def test_sft_reads_true_and_false_as_its_flags_do(tmp_path, capsys):
+    """sft's own switches read a file's 1 / 0, and its --agent-isolation reads false (YAML off) as none."""
+    path = tmp_path / "c.yaml"
+    path.write_text('{"random_op": 1, "lora_merge": 0, "agent_isolation": false}\n')
+    assert main(["sft", "--config", str(path), "--print-config"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert {"random_op: true", "lora_merge: false", "agent_isolation: none"} <= set(out)

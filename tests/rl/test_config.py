@@ -70,7 +70,7 @@ def test_float_fields_reject_non_finite_and_wrong_types(name, bad):
 
 
 @pytest.mark.parametrize("name,bad", [("steps", "3"), ("steps", 2.5), ("group_size", True), ("top_k", 2.5),
-                                      ("top_k", True), ("resume", "yes"), ("randomize_names", 1), ("model", 3),
+                                      ("top_k", True), ("resume", "yes"), ("randomize_names", 2), ("model", 3),
                                       ("seed", None)])
 def test_fields_reject_the_wrong_type(name, bad):
     with pytest.raises(ValueError, match=f"RLConfig.{name}: expected"):
@@ -94,6 +94,20 @@ def test_compile_layers_is_auto_on_off_and_reads_the_old_booleans(given, stored)
     assert RLConfig.from_dict({"compile_layers": given}).update.compile_layers == stored  # an old results.json
     with pytest.raises(ValueError, match="RLConfig.compile_layers: expected one of 'auto', 'on', 'off'"):
         RLConfig.from_flat(compile_layers="maybe")
+
+
+def test_every_choice_field_with_an_off_choice_reads_true_and_false():
+    """The whole kind: a choice field whose choices include off or none carries `switch` metadata, so a config
+    file's `on`/`off` (YAML bools) and 1/0 read as its choices; and RLConfig reads them through from_flat too."""
+    from agentrl.rl.config import _choices
+
+    for name, _, f, kind in flat_fields():
+        choices = _choices(f, kind)
+        if {"off", "none"} & set(choices) and name != "adv_mode":  # adv_mode none: the raw reward, not off
+            assert "switch" in f.metadata, name
+            off = f.metadata["switch"][1]
+            assert RLConfig.from_flat({name: False}).to_flat()[name] == off
+            assert RLConfig.from_flat({name: 0}).to_flat()[name] == off
 
 
 @pytest.mark.parametrize("argv,stored", [

@@ -43,6 +43,35 @@ def test_sft_cli_bad_jsonl_is_a_clear_error(tmp_path, capsys):
     assert rc == 2 and f"{bad}:1" in err and "policy_mask" in err
 
 
+def test_a_jsonl_without_policy_tokens_is_named_before_the_model_loads(tmp_path, capsys):
+    """Records whose policy_mask is all 0 gave 'policy_nll: the trajectories have no policy tokens', naming no file,
+    after the model had loaded and --out had been made; now the file is named before the model loads (a missing
+    --model is not reached)."""
+    data = tmp_path / "zero.jsonl"
+    data.write_text('{"prompt_ids": [1, 2], "completion_ids": [3, 4], "policy_mask": [0, 0]}\n' * 2)
+    rc = main(["sft", "--model", str(tmp_path / "no-such-model"), "--from-jsonl", str(data), "--out",
+               str(tmp_path / "o"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{data}: none of its 2 records has a policy token" in err and "no-such-model" not in err
+    assert not (tmp_path / "o").exists()
+    from agentrl.sft.data import load_trajectories
+
+    with pytest.raises(ValueError, match="none of its 2 records has a policy token"):  # the Python API alike
+        load_trajectories(data)
+
+
+def test_a_max_tokens_no_trajectory_fits_is_refused_before_out_is_touched(tmp_path, capsys):
+    """--max-tokens below every trajectory was refused by the trainer after --out was made (and an earlier output
+    moved aside); now before, naming the flag, the file and the shortest trajectory."""
+    data = tmp_path / "long.jsonl"
+    data.write_text('{"prompt_ids": [1, 2], "completion_ids": [3, 4, 5], "policy_mask": [1, 1, 1]}\n')
+    rc = main(["sft", "--model", "tiny-qwen3", "--from-jsonl", str(data), "--max-tokens", "4", "--out",
+               str(tmp_path / "o"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--max-tokens 4: none of the 1 trajectories (from {data})" in err and "shortest has 5" in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_small_qwen3_preset_config():
     assert "small-qwen3" in MODEL_PRESETS
     cfg = tiny_qwen3_config(**SMALL_QWEN3_OVERRIDES)

@@ -49,7 +49,7 @@ def test_dataset_files_that_are_folders_binary_or_malformed_are_named_one_line_e
     wrong.write_text(json.dumps({"id": "x"}) + "\n")
     gz = tmp_path / "t.jsonl.gz"
     gz.write_bytes(b"not gzip at all")
-    for path, why in ((binary, "utf-8"), (garbage, "Expecting value"), (wrong, "missing field 'task_id'"),
+    for path, why in ((binary, "line 1: not UTF-8 text at byte 0"), (garbage, "line 1: not valid JSON .Expecting value"), (wrong, "missing field 'task_id'"),
                       (gz, "Not a gzipped file")):
         with pytest.raises(ValueError, match=rf"{path.name}: not a HumanEval problems file \(.*{why}"):
             load_humaneval(path)

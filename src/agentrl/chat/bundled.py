@@ -75,7 +75,7 @@ def resolve_chat_template(name_or_path: str) -> ChatTemplate:
             raise FileNotFoundError(f"--chat-template {name_or_path!r}: no such file")
         return bundled_template(name_or_path)  # raises naming the bundled ones
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a BOM would be rendered into every prompt
     except UnicodeDecodeError as e:
         raise ValueError(f"--chat-template {str(p)!r}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if p.suffix == ".json":

@@ -78,7 +78,7 @@ def _load_mapping(path: str | Path) -> dict[Any, Any]:
     if not p.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # PyYAML skips a BOM too; this says it here
     except UnicodeDecodeError as e:
         raise ValueError(f"--config {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
@@ -352,7 +352,9 @@ def _flag_value(parser: Any, dest: str, value: Any, where: str) -> Any:
         if parser.get_default(dest) is None:
             return None
         raise ValueError(f"{where}: expected a value, got null")
-    if action.nargs == 0:  # store_true / store_false switches
+    if action.nargs == 0:  # store_true / store_false switches; a JSON file's 1 / 0 as `--flag 1` reads it
+        if type(value) is int and value in (0, 1):
+            value = bool(value)
         if not isinstance(value, bool):
             raise ValueError(f"{where}: expected true or false, got {value!r}")
         return value

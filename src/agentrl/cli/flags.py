@@ -18,6 +18,7 @@ from agentrl.cli.args import AgentrlParser
 from agentrl.models.dtypes import DTYPE_HELP
 from agentrl.models.policy import FALSE_WORDS, TRUE_WORDS, PolicyConfig
 from agentrl.rl.config import FLAT, RLConfig, flat_fields
+from agentrl.rl.sections import switch_arg
 
 # help of a `--no-<flag>` (a True-by-default bool); the generic text is "Turn --<flag> off."
 NEGATIVE_HELP: dict[str, str] = {
@@ -101,7 +102,9 @@ def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, h
             parser.add_argument(f"--no-{name.replace('_', '-')}", f"--no_{name}", dest=name, action="store_const",
                                 const=bools[1], help=f"{flags[0]} {bools[1]}.")
     elif typing.get_origin(kind) is Literal:
-        parser.add_argument(*flags, choices=typing.get_args(kind), default=default, dest=name, help=help_)
+        choices = typing.get_args(kind)
+        read = switch_arg(choices, *f.metadata["switch"], name) if "switch" in f.metadata else str
+        parser.add_argument(*flags, choices=choices, type=read, default=default, dest=name, help=help_)
     else:
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
         parser.add_argument(*flags, type=base, default=default, dest=name, help=help_)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from agentrl.cli.args import non_negative_float
+from agentrl.cli.args import non_negative_float, non_negative_int, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,13 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     tasks.add_argument("--env", default=d.env, help=f"environment registry name: edit-menu, coding-tools, python-session, wordle, ... (default {d.env})")
     tasks.add_argument("--tasks", default="", help="task source: bugfix | mbpp | humaneval | wordle | a task JSONL "
                    "(default: mbpp for python-session, wordle for wordle, else bugfix)")
-    tasks.add_argument("--train-size", type=int, default=d.train_size, help="cap on the train split (0: the source's)")
-    tasks.add_argument("--eval-size", type=int, default=d.eval_size, help="held-out tasks (0: the source's default)")
+    tasks.add_argument("--train-size", type=non_negative_int, default=d.train_size, help="cap on the train split (0: the source's)")
+    tasks.add_argument("--eval-size", type=non_negative_int, default=d.eval_size, help="held-out tasks (0: the source's default)")
     tasks.add_argument("--seed", type=int, default=d.seed, help="task generation / renaming seed")
-    tasks.add_argument("--max-turns", type=int, default=d.max_turns, help="the environment's turn limit per episode")
+    tasks.add_argument("--max-turns", type=positive_int, default=d.max_turns, help="the environment's turn limit per episode")
     server.add_argument("--host", default=d.host, help="address to bind (default loopback)")
     server.add_argument("--port", type=int, default=d.port, help="port (0: any free one, printed at start)")
-    server.add_argument("--max-concurrent-envs", type=int, default=d.max_concurrent_envs,
+    server.add_argument("--max-concurrent-envs", type=positive_int, default=d.max_concurrent_envs,
                    help="open sessions at most; the next one is refused with CAPACITY_REACHED")
     server.add_argument("--session-timeout-s", type=non_negative_float, default=d.session_timeout_s,
                    help="close a session idle this long, seconds (0: never)")

@@ -21,6 +21,8 @@ log = logging.getLogger("agentrl.serve")
 # the policy flags of `serve-policy` (agentrl.models.policy.PolicyConfig's, with its defaults; no --chat-template
 # or --thinking: the harness sends its own messages and the server renders them with the model's template)
 SERVE_POLICY_FLAGS = ("model", "tokenizer", "dtype", "device", "allow_download")
+# --max-context-tokens when not given: this, or the model's context where that is shorter (demo-qwen3: 8192)
+DEFAULT_CONTEXT_TOKENS = 16384
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +42,8 @@ def register(subparsers: Any) -> None:
     server.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     server.add_argument("--port", type=int, default=8000, help="port to bind")
     sampling.add_argument("--max-new-tokens", type=positive_int, default=512, help="completion tokens per call")
-    sampling.add_argument("--max-context-tokens", type=positive_int, default=16384, help="prompt + completion per call")
+    sampling.add_argument("--max-context-tokens", type=positive_int, default=None,
+                          help="prompt + completion per call (default: the model's context, at most 16384)")
     budgets.add_argument("--max-calls", type=positive_int, default=64, help="model calls per rollout")
     budgets.add_argument("--max-rollout-tokens", type=positive_int, default=32768, help="completion tokens per rollout")
     budgets.add_argument("--max-wall-s", type=positive_float, default=900.0, help="seconds per rollout")
@@ -56,17 +59,20 @@ def register(subparsers: Any) -> None:
 def build_server(args: argparse.Namespace) -> Any:
     """The PolicyServer that `args` describe (model loaded, sampler built)."""
     from agentrl.models.device import resolve_device
+    from agentrl.models.load import check_context_tokens, context_limit
     from agentrl.rollout.hf_sampler import SamplingConfig
     from agentrl.rollout.samplers import build_sampler
     from agentrl.serve.policy.server import PolicyServer, RolloutBudget
 
     policy = policy_from_args(args)
     model, tok = policy.load(resolve_device(policy.device))
+    context = args.max_context_tokens or min(DEFAULT_CONTEXT_TOKENS, context_limit(model) or DEFAULT_CONTEXT_TOKENS)
+    check_context_tokens(model, context, "--max-context-tokens", policy.model)
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch)
     sampler = build_sampler(args.sampler, model, tok, sampling, max_batch=args.gen_batch)  # None: HF generate
     budget = RolloutBudget(max_calls=args.max_calls, max_completion_tokens=args.max_rollout_tokens,
                            max_wall_s=args.max_wall_s)
-    return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=args.max_context_tokens,
+    return PolicyServer(model, tok, sampler=sampler, sampling=sampling, max_context_tokens=context,
                         budget=budget, auto_open=not args.require_open, model_name=str(policy.model),
                         max_batch=args.gen_batch, max_auto_open=args.max_open_rollouts)
 

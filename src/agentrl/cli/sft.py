@@ -10,14 +10,19 @@ from dataclasses import fields, replace
 from typing import Any
 
 from agentrl.chat.bundled import BUNDLED
-from agentrl.cli.args import positive_int
+from agentrl.cli.args import non_negative_int, positive_int
 from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags, policy_from_args
 from agentrl.models.dtypes import DTYPE_HELP
+from agentrl.rl.sections import AGENT_ISOLATION, switch_arg
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.run import SFTRunConfig, run_sft
 
 # the SFTConfig fields' help (their docstring's Attributes, as flag help)
+# SFTConfig's counts, checked by their flags at parse (SFTConfig refused them later as "bad SFTConfig: epochs, batch,
+# micro must be >= 1 ...", without naming the one given)
+SFT_INT_TYPES: dict[str, Any] = {"epochs": positive_int, "batch": positive_int, "micro": positive_int,
+                                 "max_tokens": positive_int, "warmup_steps": non_negative_int}
 SFT_HELP: dict[str, str] = {
     "epochs": "passes over the trajectories", "lr": "AdamW peak learning rate (linear warmup, cosine decay)",
     "batch": "trajectories per optimizer step", "micro": "trajectories per forward/backward (same gradient)",
@@ -49,13 +54,13 @@ def register(subparsers: Any) -> None:
     tasks.add_argument("--families", default=d.families, help="comma-separated task families (default: all)")
     tasks.add_argument("--split", default=d.split, choices=("train", "heldout"), help="split of --tasks the expert plays")
     tasks.add_argument("--random-op", action="store_true", help="expert picks the edit op at random from the menu")
-    tasks.add_argument("--max-turns", type=int, default=d.max_turns, help="maximum assistant turns per expert episode")
+    tasks.add_argument("--max-turns", type=positive_int, default=d.max_turns, help="maximum assistant turns per expert episode")
     tasks.add_argument("--from-jsonl", default=d.from_jsonl, help="train on this JSONL instead of expert episodes")
     output.add_argument("--save-jsonl", default=d.save_jsonl, help="also write the training trajectories here")
     output.add_argument("--out", default=d.out, help="output folder (model, tokenizer, sft_summary.json, sft.log)")
     opt.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in backward (less memory, more time)")
-    opt.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
+    opt.add_argument("--lora-r", type=non_negative_int, default=d.lora_r, help="LoRA rank (0 = full fine-tuning)")
     opt.add_argument("--lora-alpha", type=float, default=d.lora_alpha, help="LoRA scale numerator (alpha / r)")
     opt.add_argument("--lora-dropout", type=float, default=d.lora_dropout, help="dropout on the adapters' input")
     opt.add_argument("--lora-target-modules", default=d.lora_target_modules,
@@ -64,7 +69,8 @@ def register(subparsers: Any) -> None:
     tasks.add_argument("--agent", default=d.agent, choices=("", "opencode"),
                    help="play the expert through a black-box harness: opencode (bug-fix tasks; the warm start "
                         "of `train --agent opencode`) (default: '', agentrl's own --env loop)")
-    tasks.add_argument("--agent-isolation", default=d.agent_isolation, choices=("auto", "bwrap", "none"),
+    tasks.add_argument("--agent-isolation", default=d.agent_isolation, choices=AGENT_ISOLATION,
+                   type=switch_arg(AGENT_ISOLATION, None, "none", "agent_isolation"),
                    help="with --agent: bubblewrap where usable (auto), required (bwrap), or none")
     tasks.add_argument("--agent-binary", default=d.agent_binary, help="with --agent: the harness binary (default: found)")
     tasks.add_argument("--agent-timeout-s", type=float, default=d.agent_timeout_s,
@@ -72,7 +78,8 @@ def register(subparsers: Any) -> None:
     for f in fields(SFTConfig):
         if f.name in ("betas", "autocast_bf16"):
             continue
-        opt.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(s, f.name)), default=getattr(s, f.name),
+        kind = SFT_INT_TYPES.get(f.name, type(getattr(s, f.name)))  # counts checked at parse, naming the flag
+        opt.add_argument("--" + f.name.replace("_", "-"), type=kind, default=getattr(s, f.name),
                        help=SFT_HELP[f.name])
     add_parser_config_flags(p)
     p.set_defaults(func=main, parser=p)

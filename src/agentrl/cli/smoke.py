@@ -9,7 +9,7 @@ import argparse
 from dataclasses import fields
 from typing import Any
 
-from agentrl.cli.args import positive_int
+from agentrl.cli.args import non_negative_int, positive_int
 from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags, policy_from_args
 from agentrl.rollout.smoke import SmokeConfig, run_smoke
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     episodes = p.add_argument_group("episodes")
     episodes.add_argument("--env", default=d.env, help="Environment name (see `agentrl env list`).")
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
-        kind = positive_int if name in ("episodes", "max_new_tokens", "max_context_tokens") else int
+        kind = int if name == "seed" else non_negative_int if name == "show" else positive_int
         episodes.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=SMOKE_HELP[name])
     add_parser_config_flags(p)
     p.set_defaults(func=main, parser=p)

@@ -33,6 +33,35 @@ from agentrl.preflight import loads_json
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+def context_limit(model: Any) -> int | None:
+    """The most positions `model` was made for (prompt + completion tokens): its config's max_position_embeddings
+    (GPT-2's n_positions), times a RoPE scaling factor when the config extends it without recording the original
+    length (a config that records original_max_position_embeddings already states the extended one); None when
+    the config says nothing."""
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return None
+    scaling = getattr(config, "rope_scaling", None)
+    if isinstance(scaling, dict) and "original_max_position_embeddings" not in scaling:
+        factor = scaling.get("factor")
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1:
+            limit = int(limit * factor)
+    return limit
+
+
+def check_context_tokens(model: Any, value: int, flag: str, model_name: str) -> None:
+    """Refuse a prompt + completion budget (`flag` = `value`) beyond the positions `model` was made for
+    (context_limit): past it a learned position table fails mid-run, and RoPE models sample on (transformers
+    only warns), so `--max-context-tokens 1000000000` with a large --max-new-tokens generated until memory ran out.
+
+    Raises: ValueError naming the flag, the value, the model and its limit."""
+    limit = context_limit(model)
+    if limit is not None and value > limit:
+        raise ValueError(f"{flag} {value:,} is beyond the context of model {model_name!r}: {limit:,} tokens "
+                         f"(its config's max_position_embeddings); pass at most {limit}")
+
+
 def load_tokenizer(name_or_path: str | os.PathLike, *, allow_download: bool = False):
     """An HF tokenizer that has a chat template and a pad token.
 

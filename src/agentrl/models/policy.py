@@ -20,13 +20,15 @@ FALSE_WORDS: tuple[str, ...] = ("false", "f", "no", "n", "0")
 
 def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None,  # noqa: A002 - HfArgumentParser's key
                type: Any = None, flat: str | None = None,  # noqa: A002 - argparse's keyword
-               bools: tuple[str, str] | None = None) -> Any:
+               bools: tuple[str, str] | None = None, switch: tuple[str | None, str] | None = None) -> Any:
     """A config field whose metadata becomes `add_argument(help=..., choices=..., type=...)` (as in
     HfArgumentParser): `choices` from a registry (samplers, estimators, dtypes), `type` a converter run
     before the choices check (dtype aliases -> the canonical name), `flat` the field's flat name (its flag
     and its key in results files) where it differs from the field name (`cfg.env.name` is `--env`),
     `bools` the values a bare `--flag` and `--no-flag` set, for a field with choices that was a boolean
-    flag (compile_layers: ("on", "off"))."""
+    flag (compile_layers: ("on", "off")), `switch` the choices that true and false (and their spellings: a
+    config file's YAML on/off/yes/no, JSON's 1/0) read as, (None, off) where no choice means on
+    (agentrl.rl.sections.read_switch; RLConfig applies it to every such field)."""
     meta: dict[str, Any] = {"help": help}
     if choices is not None:
         meta["choices"] = list(choices)
@@ -36,6 +38,8 @@ def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None, 
         meta["flat"] = flat
     if bools is not None:
         meta["bools"] = bools
+    if switch is not None:
+        meta["switch"] = switch
     return field(default=default, metadata=meta)
 
 

@@ -292,7 +292,7 @@ def validate_results(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"results file not found: {path}")
     try:
-        data = loads_json(path.read_text(encoding="utf-8"), str(path))
+        data = loads_json(path.read_text(encoding="utf-8-sig"), str(path))
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); expected a results JSON file") from e
     except json.JSONDecodeError as e:

@@ -39,6 +39,7 @@ from agentrl.rl.sections import (
     TasksSection,
     UpdateSection,
     WarmStartSection,
+    read_switch,
 )
 from agentrl.rollout.samplers import SAMPLERS
 
@@ -79,7 +80,27 @@ class RLConfig:
     run: RunSection = field(default_factory=RunSection)
 
     def __post_init__(self) -> None:
+        self._read_switches()
         self.validate()
+
+    def _read_switches(self) -> None:
+        """True / false where a field takes words: a choice field with `switch` metadata (compile_layers,
+        is_correction, report_to, ...) gets its on / off choice (read_switch: YAML 1.1 reads an unquoted
+        `activation_offloading: on` or `report_to: off` as a bool, a JSON file writes 1 / 0), and a boolean field
+        given the integer 1 or 0 gets True or False, as `--flag 1` / `--flag 0` do on the command line. Frozen:
+        each changed section is replaced once. Other values are left for validate() to name."""
+        changed: dict[str, dict[str, Any]] = {}
+        for _, section, f, kind in flat_fields():
+            value = getattr(getattr(self, section), f.name)
+            new = value
+            if "switch" in f.metadata:
+                new = read_switch(value, _choices(f, kind), *f.metadata["switch"])
+            elif isinstance(f.default, bool) and type(value) is int and value in (0, 1):
+                new = bool(value)
+            if type(new) is not type(value) or new != value:
+                changed.setdefault(section, {})[f.name] = new
+        for section, values in changed.items():
+            object.__setattr__(self, section, dataclasses.replace(getattr(self, section), **values))
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field and what was expected."""
@@ -141,7 +162,7 @@ class RLConfig:
     def _validate_types(flat: SimpleNamespace) -> None:
         """Each field has its default's type: bool for flags, an int (not bool/float) for counts, a finite
         int/float for real numbers (no NaN/inf), str for names; top_k an int or None."""
-        for name, _, f, _ in flat_fields():
+        for name, _, f, kind in flat_fields():
             v, d = getattr(flat, name), f.default
             if name == "top_k":
                 ok, expected = v is None or type(v) is int, "an integer or None"
@@ -152,6 +173,9 @@ class RLConfig:
             elif isinstance(d, float):
                 ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 expected = "a finite number"
+            elif isinstance(d, str) and (choices := _choices(f, kind)) and not isinstance(v, str):
+                ok, expected = False, "one of " + ", ".join(map(repr, choices)) + (
+                    " (an unquoted YAML on/off/yes/no reads as true/false)" if isinstance(v, bool) else "")
             elif isinstance(d, str):  # UTF-8 text: results.json and the log are UTF-8 (argv bytes or a YAML
                 # "\udcff" escape gave a lone surrogate: `--out` made its folder, then the run failed to write)
                 ok, expected = isinstance(v, str) and lone_surrogate_path(v) is None, "a string of UTF-8 text"
@@ -253,6 +277,13 @@ FLAT: dict[str, tuple[str, str]] = {f.name: (f.section, f.field.name) for f in _
 def flat_fields() -> tuple[FlatField, ...]:
     """Every RLConfig field under its flat name, section by section (the flags' and the results file's order)."""
     return _FLAT_FIELDS
+
+
+def _choices(f: dataclasses.Field, kind: Any) -> tuple[Any, ...]:
+    """The values field `f` (of type `kind`) takes: its `choices` metadata or its Literal's; () when free."""
+    if "choices" in f.metadata:
+        return tuple(f.metadata["choices"])
+    return typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()
 
 
 def _validate_episode_counts(v: SimpleNamespace) -> None:

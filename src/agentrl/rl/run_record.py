@@ -72,8 +72,8 @@ def read_run_record(model: str | os.PathLike) -> tuple[dict[str, Any], Path] | N
         return None
     path = folder / RUN_RECORD_FILE
     try:
-        record = loads_json(path.read_text(), f"run record {path}")
-    except (OSError, json.JSONDecodeError) as e:
+        record = loads_json(path.read_text(encoding="utf-8-sig"), f"run record {path}")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"run record {path} is not readable JSON: {e}") from e
     if not isinstance(record, dict) or not isinstance(record.get("settings"), dict):
         raise ValueError(f"run record {path}: expected an object with a 'settings' object")

@@ -19,6 +19,7 @@ from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
 from agentrl.envs import env_names, get_spec, make_env
 from agentrl.envs.registry import check_env_runs, own_task_source
 from agentrl.models.device import resolve_device, resolve_dtype
+from agentrl.models.load import check_context_tokens
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
 from agentrl.rl.checkpoint import check_checkpoint_root, checkpoint_step, latest_checkpoint
@@ -122,6 +123,7 @@ def load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> RunInputs:
         obs = env.reset(tasks.heldout[0], seed=cfg.run.seed)
         if obs.tools:
             assert_tito_consistent(tok, obs, enable_thinking=cfg.policy.thinking)
+        check_context_tokens(model, cfg.sampling.max_context_tokens, "--max-context-tokens", cfg.policy.model)
         check_context_fits(cfg, len(render_prompt(tok, obs, enable_thinking=cfg.policy.thinking)))
         schemas = env.tools()
     except TitoMismatch as e:

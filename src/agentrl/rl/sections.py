@@ -20,22 +20,40 @@ from agentrl.rollout.samplers import SAMPLERS, sampler_help
 ADV_MODES: tuple[str, ...] = tuple(ADV_ESTIMATORS)  # the registry's names (agentrl.rl.estimators)
 COMPILE_LAYERS: tuple[str, ...] = ("auto", "on", "off")  # UpdateSection.compile_layers
 ACTIVATION_OFFLOADING = COMPILE_LAYERS  # UpdateSection.activation_offloading: the same choices, read alike
+IS_CORRECTION: tuple[str, ...] = ("stale", "always", "off")  # AsyncSection.is_correction
+AGENT_ISOLATION: tuple[str, ...] = ("auto", "bwrap", "none")  # AgentSection.isolation
 
 
-def compile_layers_arg(value: Any) -> Any:
-    """UpdateSection.compile_layers' (and activation_offloading's) value as given (flag, config file, Python) ->
-    "auto" | "on" | "off": compile_layers was a boolean before 2026-12-04, so True / False and their spellings
-    (true/false, yes/no, 1/0, any case) read as on / off; a choice in another case is lowered; anything else is
-    returned unchanged, for the choices check to name it."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
+def read_switch(value: Any, choices: tuple[str, ...], on: str | None, off: str) -> Any:
+    """A choice field's value as given (flag, config file, Python) -> one of `choices`: true / false, their
+    spellings (true/false, yes/no, 1/0, any case: TRUE_WORDS, FALSE_WORDS), YAML 1.1's reading of an unquoted
+    on/off/yes/no (a bool) and a JSON file's 1 / 0 read as the field's `on` / `off` choice; a choice in another
+    case is lowered. A field with no `on` choice (is_correction: stale or always?) leaves true as it is, and
+    anything else is returned unchanged, for the choices check to name it."""
+    if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+        return (on if value else off) or value
     if isinstance(value, str):
         low = value.strip().lower()
-        if low in COMPILE_LAYERS:
+        if low in choices:
             return low
-        if low in TRUE_WORDS or low in FALSE_WORDS:
-            return "on" if low in TRUE_WORDS else "off"
+        if low in FALSE_WORDS or (on and low in TRUE_WORDS):
+            return off if low in FALSE_WORDS else on
     return value
+
+
+def switch_arg(choices: tuple[str, ...], on: str | None, off: str, name: str) -> Any:
+    """read_switch for one field, as an argparse `type=` named `name` (argparse names the type in its errors)."""
+
+    def read(value: Any) -> Any:
+        return read_switch(value, choices, on, off)
+
+    read.__name__ = read.__qualname__ = name
+    return read
+
+
+# UpdateSection.compile_layers' (and activation_offloading's) reader: compile_layers was a boolean before
+# 2026-12-04, so True / False and their spellings read as on / off
+compile_layers_arg = switch_arg(COMPILE_LAYERS, "on", "off", "compile_layers_arg")
 
 # Named presets: flat field values replacing the defaults (agentrl train --preset NAME; flags given on the
 # command line override them). "demo" is what `agentrl train` with no flags runs: the tiny random Qwen3
@@ -114,7 +132,10 @@ class AgentSection:
     timeout_s: float = flag_field(300.0, "Wall-clock limit of one harness run; a harness killed there is unscorable.", flat="agent_timeout_s")
     max_calls: int = flag_field(16, "Model calls per black-box episode, enforced by the policy server (over it: "
                                   "unscorable).", flat="agent_max_calls")
-    isolation: str = flag_field("auto", "Harness sandbox: auto (bubblewrap where usable) | bwrap | none.", flat="agent_isolation")
+    isolation: str = flag_field("auto", "Harness sandbox: auto (bubblewrap where usable) | bwrap | none (false/off "
+                                "read as none).", AGENT_ISOLATION, switch_arg(AGENT_ISOLATION, None, "none",
+                                                                               "agent_isolation"),
+                                flat="agent_isolation", switch=(None, "none"))
     binary: str = flag_field("", "Path of the harness binary (empty: $AGENTRL_OPENCODE, .venv/opencode, PATH).", flat="agent_binary")
 
 
@@ -194,14 +215,14 @@ class UpdateSection:
         "else off: the first update pays the compile (~25 s on an H200), which pays for itself after ~40 updates "
         "(H200, Qwen3-0.6B bf16 with the default microbatches and checkpointing: 69k tokens/s, 1.8x the eager "
         "update; bench/README.md). A bare --compile-layers is on, --no-compile-layers off.",
-        COMPILE_LAYERS, compile_layers_arg, bools=("on", "off"))
+        COMPILE_LAYERS, compile_layers_arg, bools=("on", "off"), switch=("on", "off"))
     activation_offloading: str = flag_field(
         "auto", "Keep what the update's forward saves for backward outside the checkpointed layers (each layer's "
         "input) in pinned host memory, copied out and back on a side stream that overlaps the compute (agentrl.rl."
         "offload; the gradient is unchanged): auto | on | off (true/false read as on/off). auto: on when the policy is on CUDA and checkpoints "
         "its layers; on: on CUDA whatever the checkpointing (without it every activation crosses the host link). "
         "A bare --activation-offloading is on, --no-activation-offloading off.",
-        ACTIVATION_OFFLOADING, compile_layers_arg, bools=("on", "off"))
+        ACTIVATION_OFFLOADING, compile_layers_arg, bools=("on", "off"), switch=("on", "off"))
     gradient_checkpointing: bool = flag_field(True, "Recompute trunk activations in backward (saves memory, costs time; "
                                              "on by default as in TRL's GRPOConfig: with --micro-tokens it lets "
                                              "microbatches be large; a model that cannot checkpoint trains "
@@ -232,7 +253,8 @@ class WarmStartSection:
         "none", "Supervised warm start before the 'before' evaluation: none | sft (fine-tune on scripted-expert "
         "episodes of --env played on training tasks, the edit picked at random from the menu: the tool-call "
         "format and the procedure, not the fix; agentrl.sft). Its settings, loss curve and NLL go to the results "
-        "file's warm_start section. A resumed run does not repeat it.", flat="warm_start")
+        "file's warm_start section. A resumed run does not repeat it. false/off read as none.", flat="warm_start",
+        switch=(None, "none"))
     tasks: int = flag_field(200, "With --warm-start sft: expert episodes, one per training task (the first "
                                     "N). The warm_start_* defaults are `agentrl sft`'s (for a pretrained model); "
                                     "--preset demo sizes them for the random tiny-qwen3.", flat="warm_start_tasks")
@@ -257,7 +279,9 @@ class AsyncSection:
     max_staleness: int = flag_field(1, "With --async-rollouts: optimizer steps a batch's sampling policy may lag the weights "
                                "it trains (0 = rollouts and updates alternate: identical to the synchronous run).")
     is_correction: str = flag_field("stale", "Truncated importance-sampling correction against the sampler's log-probs: "
-                                     "stale (batches sampled by older weights) | always | off.")
+                                     "stale (batches sampled by older weights) | always | off (false read as off).",
+                                    IS_CORRECTION, switch_arg(IS_CORRECTION, None, "off", "is_correction"),
+                                    switch=(None, "off"))
     is_cap: float = flag_field(2.0, "Truncation cap of the importance ratio pi_proximal / pi_sampler (verl's default 2.0).")
 
 
@@ -332,4 +356,4 @@ class RunSection:
     report_to: Literal["none", "tensorboard", "trackio", "wandb"] = flag_field(
         "none", "Experiment tracker, local only: none | tensorboard (<out>/tensorboard) | trackio (local store "
         "<out>/trackio) | wandb (offline, <out>/wandb); metric names as TRL's (train/reward, eval/pass_at_1, "
-        "tools/call_frequency). Needs the agentrl[trackers] extra.")
+        "tools/call_frequency). Needs the agentrl[trackers] extra. false/off read as none.", switch=(None, "none"))

@@ -78,6 +78,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     from agentrl.chat.tito import assert_tito_consistent
     from agentrl.envs import check_env
     from agentrl.models.device import resolve_device
+    from agentrl.models.load import check_context_tokens
     from agentrl.rollout.driver import RolloutConfig, run_episodes
     from agentrl.rollout.hf_sampler import SamplingConfig
 
@@ -85,6 +86,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
     model, tok = cfg.policy.load(resolve_device(cfg.policy.device))
+    check_context_tokens(model, cfg.max_context_tokens, "--max-context-tokens", cfg.policy.model)
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
     fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.policy.thinking)

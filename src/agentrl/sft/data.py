@@ -15,7 +15,8 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentrl.chat.template import observation_messages, tool_messages
@@ -28,7 +29,7 @@ from agentrl.chat.tito import (
     turn_format,
 )
 from agentrl.envs.base import ToolCall
-from agentrl.preflight import check_input_file, loads_json, lone_surrogate_path
+from agentrl.preflight import BOM_BYTES, check_input_file, loads_json, lone_surrogate_path
 from agentrl.rollout.hf_sampler import Sample
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tasks.task import Task
@@ -366,11 +367,58 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
     """
     p = check_input_file(path, "trajectory file", "a JSONL file of trajectory records (docs/sft.md)")
     out = []
+    for where, rec in _records(p):
+        if isinstance(rec, dict) and "messages" in rec:
+            if tokenizer is None:
+                raise ValueError(f"{where}: a chat-messages record needs a tokenizer to render it")
+            traj = messages_trajectory(rec, tokenizer, where, enable_thinking=enable_thinking)
+        else:
+            traj = trajectory_from_record(rec, where, vocab_size)
+        out.append(Trajectory(**{**traj.__dict__, "group_id": len(out)}))
+    if not out:
+        raise ValueError(f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask "
+                         "or messages)")
+    if not any(t.num_policy_tokens for t in out):
+        raise ValueError(_no_policy_tokens(p, len(out)))
+    return out
+
+
+def check_trajectory_file(path: str | os.PathLike) -> None:
+    """What load_trajectories can check of `path` without a tokenizer or a model, so `agentrl sft --from-jsonl`
+    fails before the model loads: every line JSON, every token-level record valid (its line named), and some
+    record with a policy token to train on (a token-level record with a policy_mask 1, or a chat record; those
+    need an assistant message, which load_trajectories checks with the tokenizer).
+
+    Raises: FileNotFoundError / ValueError as load_trajectories, naming the file (and the line)."""
+    p = check_input_file(path, "trajectory file", "a JSONL file of trajectory records (docs/sft.md)")
+    n = trainable = 0
+    for where, rec in _records(p):
+        n += 1
+        if isinstance(rec, dict) and "messages" in rec:
+            trainable += 1
+        else:
+            trainable += trajectory_from_record(rec, where).num_policy_tokens > 0
+    if not n:
+        raise ValueError(f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask "
+                         "or messages)")
+    if not trainable:
+        raise ValueError(_no_policy_tokens(p, n))
+
+
+def _no_policy_tokens(p: Path, n: int) -> str:
+    return (f"{p}: none of its {n} records has a policy token to train on (every policy_mask is all 0; SFT trains "
+            "on the tokens whose policy_mask is 1)")
+
+
+def _records(p: Path) -> Iterator[tuple[str, Any]]:
+    """("PATH:LINE", record) for each non-blank line of the JSONL file `p` (a leading byte order mark skipped).
+
+    Raises: ValueError naming the line: not UTF-8, not JSON, a string holding a lone surrogate."""
     with p.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
             where = f"{p}:{lineno}"
             try:
-                line = raw.decode("utf-8")
+                line = (raw.removeprefix(BOM_BYTES) if lineno == 1 else raw).decode("utf-8")  # a Windows editor's BOM
             except UnicodeDecodeError as e:
                 raise ValueError(f"{where}: not UTF-8 text at byte {e.start} of the line") from None
             if not line.strip():
@@ -383,14 +431,4 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
             if bad is not None:
                 raise ValueError(f"{where}: field {bad[:120]!r} holds a lone surrogate (an unpaired \\ud800-\\udfff "
                                  "escape), which is not UTF-8 text")
-            if isinstance(rec, dict) and "messages" in rec:
-                if tokenizer is None:
-                    raise ValueError(f"{where}: a chat-messages record needs a tokenizer to render it")
-                traj = messages_trajectory(rec, tokenizer, where, enable_thinking=enable_thinking)
-            else:
-                traj = trajectory_from_record(rec, where, vocab_size)
-            out.append(Trajectory(**{**traj.__dict__, "group_id": len(out)}))
-    if not out:
-        raise ValueError(f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask "
-                         "or messages)")
-    return out
+            yield where, rec

