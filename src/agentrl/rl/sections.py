@@ -66,13 +66,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "demo-qwen3", "env": "edit-menu", "families": "minmax,compare,zero",
         "warm_start": "sft", "warm_start_tasks": 128, "warm_start_epochs": 5, "warm_start_lr": 2e-2,
-        "warm_start_batch": 4, "temperature": 0.7,
+        "warm_start_batch": 4, "temperature": 0.7, "sampler": "fast",
         "steps": 20, "prompts_per_step": 8, "group_size": 8, "lr": 1e-3, "max_new_tokens": 32,
         "micro": 8, "gen_batch": 32, "eval_size": 24, "eval_n": 4, "cpu_threads": 1,
     },
 }
-# "quick": the demo with 10 GRPO steps instead of 20, a newcomer's first run: 78-89 s each at seeds 0-2 on the
-# 2-core machine, paired +0.240, +0.458, +0.302, every interval above 0 (results/README.md; the figures vary by CPU).
+# The demo samples with the fast sampler (static KV cache; on the CPU without CUDA graphs): at seeds 0-2 on a
+# 2-core Intel Xeon beside other work, 69-98 s a run against 108-161 s with HF generate, every interval above 0
+# (results/README.md, "The fast sampler in the demo").
+# "quick": the demo with 10 GRPO steps instead of 20, a newcomer's first run: 61-74 s each at seeds 0-2 there,
+# paired +0.417, +0.229, +0.260, every interval above 0 (the figures vary by CPU).
 PRESETS["quick"] = {**PRESETS["demo"], "steps": 10}
 
 
@@ -341,7 +344,7 @@ class RunSection:
 
     preset: str = flag_field("", "Named preset whose values replace the defaults of every flag not given: '' (none) | "
                          "demo (demo-qwen3 warm-started by SFT, then GRPO in edit-menu on 2 CPU cores; "
-                         "agentrl.rl.config.PRESETS) | quick (the demo with 10 GRPO steps: about 2 minutes). "
+                         "agentrl.rl.config.PRESETS) | quick (the demo with 10 GRPO steps: about a minute). "
                          "`agentrl train` with no flags (or only --seed, --out, --resume) runs --preset demo.",
                              ("", *PRESETS))
     steps: int = flag_field(3, "Training steps (each: sample B*G episodes, then update).")
