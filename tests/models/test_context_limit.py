@@ -60,3 +60,32 @@ def test_serve_policy_defaults_to_the_model_context_and_refuses_beyond_it():
         server.close()
     with pytest.raises(ValueError, match="--max-context-tokens 8,193 is beyond the context of model 'demo-qwen3'"):
         build_server(argparse.Namespace(**{**vars(args), "max_context_tokens": 8193}))
+
+
+def test_the_default_budget_is_lowered_to_a_shorter_model_and_a_chosen_one_is_refused(caplog):
+    """The flag's default (4,096) on a 2,048-position model runs at 2,048, logged, as vLLM's max_model_len defaults
+    to the model's; a value the user chose beyond it is refused; values within it are kept."""
+    from agentrl.models.load import fit_context_tokens
+
+    short = _model(max_position_embeddings=2048)
+    with caplog.at_level("INFO", logger="agentrl"):
+        assert fit_context_tokens(short, 4096, 4096, "--max-context-tokens", "m") == 2048
+    assert "--max-context-tokens 4096 lowered to 2048, the context of model 'm'" in caplog.text
+    assert fit_context_tokens(short, 1024, 4096, "--max-context-tokens", "m") == 1024
+    assert fit_context_tokens(_model(), 4096, 4096, "--max-context-tokens", "m") == 4096  # no limit stated
+    with pytest.raises(ValueError, match="--max-context-tokens 3,000 is beyond the context of model 'm': 2,048"):
+        fit_context_tokens(short, 3000, 4096, "--max-context-tokens", "m")
+
+
+def test_a_run_on_a_short_model_records_the_lowered_budget(monkeypatch, tmp_path):
+    """RunSession.open runs and records the fitted config: results.json's max_context_tokens is the model's."""
+    import json
+
+    from agentrl.models import load as load_mod
+
+    real = load_mod.context_limit
+    monkeypatch.setattr(load_mod, "context_limit", lambda model: min(real(model) or 10**9, 3000))
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "quick", "--steps", "0", "--warm-start", "none", "--eval-size", "3",
+                 "--eval-n", "1", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["config"]["max_context_tokens"] == 3000

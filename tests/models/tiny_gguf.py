@@ -43,7 +43,7 @@ def write_tiny_gguf(path: str | Path, *, seed: int = 0, quantize: bool = True) -
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny-llama-test")
     w.add_block_count(layers)
-    w.add_context_length(512)
+    w.add_context_length(4096)  # room for an edit-menu prompt (~1,500 tokens) and its turns
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(ff)
     w.add_head_count(heads)

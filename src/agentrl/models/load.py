@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -48,6 +49,21 @@ def context_limit(model: Any) -> int | None:
         if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1:
             limit = int(limit * factor)
     return limit
+
+
+def fit_context_tokens(model: Any, value: int, default: int, flag: str, model_name: str) -> int:
+    """The prompt + completion budget to run with: `value`, or, when `value` is the flag's `default` (not a number
+    the user chose) and the model was made for fewer positions (context_limit), that limit, as vLLM's
+    max_model_len defaults to the model's (a 2,048-position model runs with the default 4,096 lowered, logged).
+
+    Raises: ValueError from check_context_tokens for any other value beyond the model's context."""
+    limit = context_limit(model)
+    if value == default and limit is not None and limit < value:
+        logging.getLogger("agentrl").info("%s %d lowered to %d, the context of model %r", flag, value, limit,
+                                          model_name)
+        return limit
+    check_context_tokens(model, value, flag, model_name)
+    return value
 
 
 def check_context_tokens(model: Any, value: int, flag: str, model_name: str) -> None:

@@ -19,12 +19,12 @@ from agentrl.chat.tito import TitoMismatch, assert_tito_consistent
 from agentrl.envs import env_names, get_spec, make_env
 from agentrl.envs.registry import check_env_runs, own_task_source
 from agentrl.models.device import resolve_device, resolve_dtype
-from agentrl.models.load import check_context_tokens
+from agentrl.models.load import fit_context_tokens
 from agentrl.preflight import check_output_dir
 from agentrl.rl.agent_backends import check_agent
 from agentrl.rl.checkpoint import check_checkpoint_root, checkpoint_step, latest_checkpoint
 from agentrl.rl.config import PRESETS, RLConfig
-from agentrl.rl.sections import TasksSection
+from agentrl.rl.sections import SamplingSection, TasksSection
 from agentrl.rl.warm_start import check_warm_start
 from agentrl.tasks.sets import TaskSets, task_sets
 
@@ -87,6 +87,7 @@ class RunInputs:
     device: str
     tool_schemas: list
     dtype: str = "fp32"  # the concrete dtype loaded (--dtype auto resolved)
+    cfg: RLConfig | None = None  # the config to run: max_context_tokens fitted to the model (fit_context_tokens)
 
 
 def check_context_fits(cfg: RLConfig, prompt_tokens: int) -> None:
@@ -123,7 +124,10 @@ def load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> RunInputs:
         obs = env.reset(tasks.heldout[0], seed=cfg.run.seed)
         if obs.tools:
             assert_tito_consistent(tok, obs, enable_thinking=cfg.policy.thinking)
-        check_context_tokens(model, cfg.sampling.max_context_tokens, "--max-context-tokens", cfg.policy.model)
+        fitted = fit_context_tokens(model, cfg.sampling.max_context_tokens, SamplingSection.max_context_tokens,
+                                    "--max-context-tokens", cfg.policy.model)
+        if fitted != cfg.sampling.max_context_tokens:
+            cfg = cfg.replace_flat(max_context_tokens=fitted)
         check_context_fits(cfg, len(render_prompt(tok, obs, enable_thinking=cfg.policy.thinking)))
         schemas = env.tools()
     except TitoMismatch as e:
@@ -131,7 +135,7 @@ def load_inputs(cfg: RLConfig, tasks: TaskSets, sandbox: Any) -> RunInputs:
                          f"check: {e}") from e
     finally:
         env.close()
-    return RunInputs(model, tok, device, schemas, dtype)
+    return RunInputs(model, tok, device, schemas, dtype, cfg)
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,7 @@ class RunSession:
         except BaseException:
             sandbox.close()
             raise
+        cfg = inputs.cfg or cfg  # max_context_tokens fitted to the model
         start_run_folder(cfg, out, tasks, log_name)
         for note in plan.notes:
             log.info("%s", note)

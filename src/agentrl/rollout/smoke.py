@@ -78,7 +78,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     from agentrl.chat.tito import assert_tito_consistent
     from agentrl.envs import check_env
     from agentrl.models.device import resolve_device
-    from agentrl.models.load import check_context_tokens
+    from agentrl.models.load import fit_context_tokens
     from agentrl.rollout.driver import RolloutConfig, run_episodes
     from agentrl.rollout.hf_sampler import SamplingConfig
 
@@ -86,7 +86,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
         raise ValueError(f"smoke needs episodes >= 1, got {cfg.episodes}")
     t0 = time.perf_counter()
     model, tok = cfg.policy.load(resolve_device(cfg.policy.device))
-    check_context_tokens(model, cfg.max_context_tokens, "--max-context-tokens", cfg.policy.model)
+    context = fit_context_tokens(model, cfg.max_context_tokens, SmokeConfig.max_context_tokens,
+                                 "--max-context-tokens", cfg.policy.model)
     pairs, _ = _envs_and_tasks(cfg)
     env0, task0 = pairs[0]
     fmt = assert_tito_consistent(tok, env0.reset(task0, seed=cfg.seed), enable_thinking=cfg.policy.thinking)
@@ -94,7 +95,7 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     t1 = time.perf_counter()
     rcfg = RolloutConfig(
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
-        max_context_tokens=cfg.max_context_tokens, enable_thinking=cfg.policy.thinking,
+        max_context_tokens=context, enable_thinking=cfg.policy.thinking,
     )
     trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)
     rollout_s = time.perf_counter() - t1

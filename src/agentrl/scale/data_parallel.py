@@ -97,6 +97,7 @@ def open_rank_session(cfg: RLConfig, sampler: Any = None, *, name: str,
     sandbox = (make_sandbox or default_sandbox)(cfg)
     try:
         inputs = load_inputs(cfg, tasks, sandbox)
+        cfg = inputs.cfg or cfg  # max_context_tokens fitted to the model, as RunSession.open has it
         model = inputs.model
         checkpoint_if_configured(cfg, model)
         ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.update.kl_coef > 0 else None
