@@ -73,6 +73,15 @@ def test_render_handles_a_run_without_steps_or_transcripts(tmp_path):
     assert "No evaluation yet" in page and "No transcripts" in page
 
 
+def test_noise_table_counts_points_as_integers(tmp_path):
+    res = build_synthetic(tmp_path / "results.json")
+    res.set("noise", {"train": {"n": 10, "step_noise": 0.1, "rise": 0.2, "rise_stderr": 0.1, "t": 2.0},
+                      "eval": {"n": 2.0}})  # files written before 2026-12-05 stored a short curve's n as 2.0
+    page = render_html(res.data, plots=[])
+    row = re.search(r"<tr><td>eval</td>.*?</tr>", page).group(0)
+    assert ">2<" in row and "2.0" not in row
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="Debian's chromium is not installed (scripts/setup.sh installs it when run as root)")
 def test_report_renders_in_headless_chromium(tmp_path):

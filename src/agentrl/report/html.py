@@ -257,7 +257,7 @@ def _config_section(data: dict[str, Any]) -> str:
     limits = sandbox.get("limits") or {}
     noise = data.get("noise") or {}
     noise_rows = [[k, _num(v.get("step_noise")), _num(v.get("rise"), "+.3f"), _num(v.get("rise_stderr")),
-                   _num(v.get("t"), ".2f"), v.get("n", "n/a")] for k, v in noise.items() if isinstance(v, dict)]
+                   _num(v.get("t"), ".2f"), _num(v.get("n"), ".0f")] for k, v in noise.items() if isinstance(v, dict)]
     return ('<section id="config"><h2>Config, versions, sandbox</h2><div class="grid2"><div><h3>Config</h3>'
             + _table(["field", "value"], [[k, repr(v)] for k, v in sorted(cfg.items())], numeric=False)
             + "</div><div><h3>Versions</h3>"
