@@ -47,6 +47,17 @@ def test_the_quick_preset_budget_fits_edit_menu_experts_but_not_coding_tools():
     assert over["edit-menu"][0] == 0 and over["coding-tools"][0] > 0, over
 
 
+@pytest.mark.parametrize("env", ["wordle", "python-session"])
+def test_an_env_without_a_random_op_expert_points_at_agentrl_sft(env):
+    """`train --preset quick --env wordle --families ''` said only that wordle has no random-op expert; `agentrl sft
+    --env wordle` warm-starts it, so the message says so."""
+    from agentrl.sft.warm_start import check_sft_warm_start
+
+    with pytest.raises(ValueError, match=rf"--env {env} has none: warm-start it with `agentrl sft --env {env}`.*"
+                                         r"--model with --warm-start none"):
+        check_sft_warm_start(RLConfig.from_flat(env=env, warm_start="sft"))
+
+
 def test_unknown_warm_start_names_the_registered_ones():
     with pytest.raises(ValueError, match="is not a registered warm start; expected one of .*sft"):
         warm_start_fn("nope")

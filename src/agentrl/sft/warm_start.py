@@ -33,7 +33,8 @@ def check_sft_warm_start(cfg: Any) -> None:
     if not spec.random_op_expert:
         able = ", ".join(n for n, sp in env_specs().items() if sp.random_op_expert)
         raise ValueError(f"--warm-start sft needs an environment whose scripted expert can pick the edit at random "
-                         f"({able}); --env {cfg.env.name} has none")
+                         f"({able}); --env {cfg.env.name} has none: warm-start it with `agentrl sft --env "
+                         f"{cfg.env.name}` (docs/sft.md) and pass its output folder as --model with --warm-start none")
     if cfg.tasks.source != "bugfix":
         raise ValueError(f"--warm-start sft plays the scripted expert on generated bug-fix tasks (--tasks bugfix); "
                          f"got --tasks {cfg.tasks.source}")
