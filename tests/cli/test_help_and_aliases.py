@@ -213,6 +213,15 @@ def test_warm_start_help_names_the_demo_presets_own_model(capsys):
     assert PRESETS["demo"]["model"] in part and "tiny-qwen3" not in part, part
 
 
+def test_smoke_env_help_names_the_environments_not_a_missing_command(capsys):
+    """smoke's --env help said "see `agentrl env list`", a command that does not exist (`agentrl env` has only check)."""
+    from agentrl.envs import env_names
+
+    text = " ".join(_help(capsys, "smoke").split())
+    part = text.split("--env ENV Environment", 1)[1].split(" --", 1)[0]
+    assert "env list" not in part and all(name in part for name in env_names()), part
+
+
 def test_every_config_field_is_named_in_exactly_one_help_section():
     # a field in no section falls into the last one ('scale'), so a new model flag (--tf32) showed up as a
     # scale flag, and agentrl eval's help grew a 'scale' section
