@@ -203,6 +203,25 @@ def test_chat_template_help_names_every_bundled_template(command, capsys):
     assert all(name in part for name in BUNDLED), part
 
 
+def test_warm_start_help_names_the_demo_presets_own_model(capsys):
+    """--warm-start-tasks said the demo preset sized the warm start "for the random tiny-qwen3"; the demo's model is
+    demo-qwen3 (PRESETS)."""
+    from agentrl.rl.config import PRESETS
+
+    text = " ".join(_help(capsys, "train").split())
+    part = text.split("--warm-start-tasks WARM_START_TASKS", 1)[1].split(" --warm-start-epochs", 1)[0]
+    assert PRESETS["demo"]["model"] in part and "tiny-qwen3" not in part, part
+
+
+def test_smoke_env_help_names_the_environments_not_a_missing_command(capsys):
+    """smoke's --env help said "see `agentrl env list`", a command that does not exist (`agentrl env` has only check)."""
+    from agentrl.envs import env_names
+
+    text = " ".join(_help(capsys, "smoke").split())
+    part = text.split("--env ENV Environment", 1)[1].split(" --", 1)[0]
+    assert "env list" not in part and all(name in part for name in env_names()), part
+
+
 def test_every_config_field_is_named_in_exactly_one_help_section():
     # a field in no section falls into the last one ('scale'), so a new model flag (--tf32) showed up as a
     # scale flag, and agentrl eval's help grew a 'scale' section

@@ -46,7 +46,7 @@ def test_writeup_shaped_synthetic_series():
 
 def test_short_curves_and_bad_input():
     rep = noise_analysis([0.1, 0.2], [0.3, 0.4, 0.2])
-    assert rep["train"] == {"n": 2.0} and "noise_ratio" not in rep
+    assert rep["train"] == {"n": 2} and type(rep["train"]["n"]) is int and "noise_ratio" not in rep
     with pytest.raises(ValueError, match="step_noise"):
         step_noise([1.0, 2.0])
     with pytest.raises(ValueError, match="NaN"):

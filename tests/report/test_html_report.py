@@ -73,6 +73,34 @@ def test_render_handles_a_run_without_steps_or_transcripts(tmp_path):
     assert "No evaluation yet" in page and "No transcripts" in page
 
 
+def test_summary_counts_the_steps_that_trained(tmp_path):
+    """`train --preset quick --env coding-tools` showed "steps done 10" and nothing else, though every group scored 0
+    and no step updated the policy: the summary counts the steps that trained, and says so when none did."""
+    res = build_synthetic(tmp_path / "results.json")
+    for i, step in enumerate(res.data["steps"]):
+        step["tokens_trained"] = 100.0 if i % 2 else 0.0
+    page = render_html(res.data, plots=[])
+    n = len(res.data["steps"])
+    assert f"steps that trained<b>{n // 2}</b>" in page and "the policy never changed" not in page
+    for step in res.data["steps"]:
+        step["tokens_trained"] = 0.0
+    page = render_html(res.data, plots=[])
+    assert "steps that trained<b>0</b>" in page and "the policy never changed" in page
+    for step in res.data["steps"]:
+        del step["tokens_trained"]  # a file without the metric: no card, no claim
+    page = render_html(res.data, plots=[])
+    assert "steps that trained" not in page and "the policy never changed" not in page
+
+
+def test_noise_table_counts_points_as_integers(tmp_path):
+    res = build_synthetic(tmp_path / "results.json")
+    res.set("noise", {"train": {"n": 10, "step_noise": 0.1, "rise": 0.2, "rise_stderr": 0.1, "t": 2.0},
+                      "eval": {"n": 2.0}})  # files written before 2026-12-05 stored a short curve's n as 2.0
+    page = render_html(res.data, plots=[])
+    row = re.search(r"<tr><td>eval</td>.*?</tr>", page).group(0)
+    assert ">2<" in row and "2.0" not in row
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="Debian's chromium is not installed (scripts/setup.sh installs it when run as root)")
 def test_report_renders_in_headless_chromium(tmp_path):

@@ -120,6 +120,32 @@ def test_eval_of_a_demo_run_reuses_its_batch_threads_and_episodes(tmp_path):
     assert (got["gen_batch"], got["cpu_threads"], got["eval_n"]) == (32, 1, 4)
 
 
+@pytest.mark.parametrize("tasks_flag", [["--tasks", "mbpp"], ["--tasks=humaneval"]])
+def test_eval_on_another_task_source_does_not_reuse_the_runs_families(tmp_path, tasks_flag):
+    """`agentrl eval --model runs/default --env python-session --tasks mbpp` failed at once with "--families
+    'minmax,compare,zero' applies to --tasks bugfix only": the bug-fix run's families were reused for MBPP. With
+    another --tasks they are left out (and not reported as given on the command line); the same --tasks keeps them."""
+    import argparse
+
+    from agentrl.cli.eval import recorded_defaults, reused_settings_line
+    from agentrl.rl.config import RLConfig
+    from agentrl.rl.run_record import run_record, write_run_record
+
+    write_run_record(tmp_path / "run" / "model", run_record(RLConfig.from_preset("quick"), 10))
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
+    run = str(tmp_path / "run")
+    got = recorded_defaults(["--model", run, *tasks_flag])
+    assert "families" not in got and "eval_families" not in got
+    assert (got["env"], got["max_turns"], got["eval_n"]) == ("edit-menu", 6, 4)  # the rest is still reused
+    assert recorded_defaults(["--model", run, "--tasks", "bugfix"])["families"] == "minmax,compare,zero"
+    assert recorded_defaults(["--model", run])["families"] == "minmax,compare,zero"
+    fields = {k: v for k, v in got.items() if k != "run_record_path"}
+    args = argparse.Namespace(**{**fields, "tasks": tasks_flag[-1].split("=")[-1], "families": "",
+                                 "eval_families": "", "run_record_path": got["run_record_path"]})
+    line = reused_settings_line(args)
+    assert "--tasks" in line and "families" not in line, line
+
+
 def test_a_bad_setting_in_the_run_record_names_the_record(tmp_path, capsys):
     """`agentrl eval --model RUN` whose agentrl_run.json holds an invalid setting (here null) says which file
     and key to fix; the message used to be only "RLConfig.thinking: expected true or false, got None"."""

@@ -33,6 +33,9 @@ def test_sft_cli_from_jsonl_writes_model_and_summary(tmp_path):
     assert summary["data"]["trajectories"] == 2 and summary["policy_tokens"] > 0
     assert (out / "model.safetensors").exists() and (out / "sft.log").exists()
     assert len((tmp_path / "tokens.jsonl").read_text().splitlines()) == 2
+    # before the first step's line, the log says what the first (silent) minutes on a CPU are spent on
+    assert "policy NLL before training (a forward pass over the 2 trajectories), then 3 optimizer steps" in (
+        out / "sft.log").read_text()
 
 
 def test_sft_cli_bad_jsonl_is_a_clear_error(tmp_path, capsys):

@@ -68,30 +68,41 @@ def eval_defaults(argv: list[str]) -> dict[str, Any]:
     return {**recorded_defaults(argv), **config_file_defaults(argv, ignore=TRAIN_ONLY)}
 
 
-def _model_arg(argv: list[str]) -> str | None:
-    """The value of the last `--model X` / `--model=X` in `argv` (None when not given)."""
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of the last `FLAG X` / `FLAG=X` in `argv` (None when not given)."""
     value = None
     for i, arg in enumerate(argv):
-        if arg == "--model" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             value = argv[i + 1]
-        elif arg.startswith("--model="):
+        elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+# recorded settings that describe the run's own task source: not reused when --tasks names another one
+# (a bug-fix run's families made `agentrl eval --model runs/default --tasks mbpp` fail with "--families ...
+# applies to --tasks bugfix only")
+TASK_SOURCE_SETTINGS = ("families", "eval_families")
 
 
 def recorded_defaults(argv: list[str]) -> dict[str, Any]:
     """The defaults `agentrl eval ARGV` starts from: when `--model` is a run folder, a checkpoint or a model
     folder with an agentrl_run.json (agentrl.rl.run_record), the settings recorded there (env, tasks,
     families, episode limits, held-out size, sampling distribution), so flags given on the command line still override them;
-    else none ({})."""
+    with a --tasks other than the recorded one, without the recorded families (TASK_SOURCE_SETTINGS); else none ({})."""
     from agentrl.rl.run_record import read_run_record
 
-    model = _model_arg(argv)
+    model = _flag_value(argv, "--model")
     found = read_run_record(model) if model else None
     if found is None:
         return {}
     record, path = found
-    return {**record["settings"], "run_record_path": str(path)}
+    settings = dict(record["settings"])
+    tasks = _flag_value(argv, "--tasks")
+    if tasks is not None and tasks != settings.get("tasks"):
+        for key in TASK_SOURCE_SETTINGS:
+            settings.pop(key, None)
+    return {**settings, "run_record_path": str(path)}
 
 
 def reused_settings_line(args: argparse.Namespace) -> str | None:
@@ -105,6 +116,8 @@ def reused_settings_line(args: argparse.Namespace) -> str | None:
     if found is None:
         return None
     settings = found[0]["settings"]
+    if args.tasks != settings.get("tasks"):  # as recorded_defaults: another task source takes none of these
+        settings = {k: v for k, v in settings.items() if k not in TASK_SOURCE_SETTINGS}
     reused = [f"{k.replace('_', '-')}={v}" for k, v in settings.items() if getattr(args, k) == v and v != ""]
     changed = [f"--{k.replace('_', '-')}" for k, v in settings.items() if getattr(args, k) != v]
     line = f"eval: reusing the run's settings from {args.run_record_path}: {', '.join(reused)}"

@@ -12,6 +12,7 @@ from typing import Any
 from agentrl.cli.args import non_negative_int, positive_int
 from agentrl.cli.config_file import add_parser_config_flags
 from agentrl.cli.flags import add_policy_flags, policy_from_args
+from agentrl.envs import env_names
 from agentrl.rollout.smoke import SmokeConfig, run_smoke
 
 SMOKE_HELP: dict[str, str] = {
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     d = SmokeConfig()
     add_policy_flags(p.add_argument_group("model"), d.policy)
     episodes = p.add_argument_group("episodes")
-    episodes.add_argument("--env", default=d.env, help="Environment name (see `agentrl env list`).")
+    episodes.add_argument("--env", default=d.env, help=f"Environment: {' | '.join(env_names())} (docs/envs.md).")
     for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
         kind = int if name == "seed" else non_negative_int if name == "show" else positive_int
         episodes.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=SMOKE_HELP[name])

@@ -111,7 +111,7 @@ def noise_analysis(train_reward: Sequence[float], eval_score: Sequence[float], *
     """
     out: dict[str, dict[str, float] | float] = {}
     for key, y, x in (("train", train_reward, train_steps), ("eval", eval_score, eval_steps)):
-        out[key] = curve_noise_report(y, x) if len(y) >= 3 else {"n": float(len(y))}
+        out[key] = curve_noise_report(y, x) if len(y) >= 3 else {"n": len(y)}
     tr, ev = out["train"], out["eval"]
     if "step_noise" in tr and "step_noise" in ev:  # type: ignore[operator]
         out["noise_ratio"] = tr["step_noise"] / ev["step_noise"] if ev["step_noise"] > 0 else math.inf  # type: ignore[index]

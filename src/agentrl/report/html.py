@@ -103,8 +103,12 @@ def _evals(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _summary(data: dict[str, Any]) -> str:
     cfg, ev = data.get("config") or {}, _evals(data)
-    cards = [("status", data.get("status", "?")), ("steps done", len(data.get("steps") or [])),
-             ("wall clock (min:s)", duration(data.get("wall_clock_s")))]
+    steps = data.get("steps") or []
+    cards = [("status", data.get("status", "?")), ("steps done", len(steps))]
+    trained = [s["tokens_trained"] > 0 for s in steps if isinstance(s.get("tokens_trained"), (int, float))]
+    if trained:  # a step whose groups all scored alike trains nothing: "steps done" alone hid a run that never updated
+        cards.append(("steps that trained", sum(trained)))
+    cards.append(("wall clock (min:s)", duration(data.get("wall_clock_s"))))
     for label in ("before", "after", "eval"):
         if label in ev:
             cards.append((f"held-out pass@1 {label}", _iv(ev[label].get("pass_at_1"))))
@@ -116,6 +120,9 @@ def _summary(data: dict[str, Any]) -> str:
     body = "".join(f'<div class="card">{_esc(k)}<b>{v if str(v).startswith("<span") else _esc(v)}</b></div>'
                    for k, v in cards)
     err = f'<p class="down">error: {_esc(data["error"])}</p>' if data.get("error") else ""
+    if trained and not any(trained):
+        err += ('<p class="down">the policy never changed: every advantage was 0 in every step (each group\'s '
+                'episodes scored alike); the transcripts show why</p>')
     what = (f'model <b>{_esc(cfg.get("model", "?"))}</b>, env <b>{_esc(cfg.get("env", "?"))}</b>, tasks '
             f'<b>{_esc(cfg.get("tasks", "?"))}</b>, seed {_esc(data.get("seed", "?"))}, '
             f'{_esc(cfg.get("group_size", "?"))} episodes x {_esc(cfg.get("prompts_per_step", "?"))} prompts per step')
@@ -257,7 +264,7 @@ def _config_section(data: dict[str, Any]) -> str:
     limits = sandbox.get("limits") or {}
     noise = data.get("noise") or {}
     noise_rows = [[k, _num(v.get("step_noise")), _num(v.get("rise"), "+.3f"), _num(v.get("rise_stderr")),
-                   _num(v.get("t"), ".2f"), v.get("n", "n/a")] for k, v in noise.items() if isinstance(v, dict)]
+                   _num(v.get("t"), ".2f"), _num(v.get("n"), ".0f")] for k, v in noise.items() if isinstance(v, dict)]
     return ('<section id="config"><h2>Config, versions, sandbox</h2><div class="grid2"><div><h3>Config</h3>'
             + _table(["field", "value"], [[k, repr(v)] for k, v in sorted(cfg.items())], numeric=False)
             + "</div><div><h3>Versions</h3>"

@@ -164,6 +164,7 @@ def record_failure(results: RunResults | None, cfg: RLConfig, out: Path, error: 
         log.error("%s", hint)
     if results is not None:
         log.error("%s", resume_hint(cfg, out))
+        log.error("plots and the HTML report of what it did: agentrl report --html %s", out)
 
 
 def memory_hint(cfg: RLConfig, error: BaseException) -> str:

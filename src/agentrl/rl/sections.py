@@ -260,7 +260,7 @@ class WarmStartSection:
         switch=(None, "none"))
     tasks: int = flag_field(200, "With --warm-start sft: expert episodes, one per training task (the first "
                                     "N). The warm_start_* defaults are `agentrl sft`'s (for a pretrained model); "
-                                    "--preset demo sizes them for the random tiny-qwen3.", flat="warm_start_tasks")
+                                    "--preset demo sizes them for its random demo-qwen3.", flat="warm_start_tasks")
     epochs: int = flag_field(2, "With --warm-start sft: passes over the expert episodes.", flat="warm_start_epochs")
     lr: float = flag_field(1e-4, "With --warm-start sft: AdamW peak learning rate (linear warmup over "
                                     "3 steps, cosine decay to a tenth).", flat="warm_start_lr")

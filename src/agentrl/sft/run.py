@@ -217,6 +217,10 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
                            target_modules=run.lora_target_modules, seed=cfg.seed,
                            base=str(base.resolve()) if base.exists() else run.policy.model)
     pad = tok.pad_token_id
+    steps = -(-len(trajs) // cfg.batch) * cfg.epochs
+    # a 135M model on 2 CPU cores spends minutes here before the first step's line: say what is running
+    log.info("policy NLL before training (a forward pass over the %d trajectories), then %d optimizer steps",
+             len(trajs), steps)
     nll_before = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
     metrics = sft(model, trajs, cfg, pad_id=pad, on_step=lambda r: log.info(
         "step %d epoch %d loss %.4f grad_norm %.3f lr %.2e", r["step"], r["epoch"], r["loss"], r["grad_norm"], r["lr"]))

@@ -33,10 +33,19 @@ def check_sft_warm_start(cfg: Any) -> None:
     if not spec.random_op_expert:
         able = ", ".join(n for n, sp in env_specs().items() if sp.random_op_expert)
         raise ValueError(f"--warm-start sft needs an environment whose scripted expert can pick the edit at random "
-                         f"({able}); --env {cfg.env.name} has none")
+                         f"({able}); --env {cfg.env.name} has none: warm-start it with `agentrl sft --env "
+                         f"{cfg.env.name}` (docs/sft.md) and pass its output folder as --model with --warm-start none")
     if cfg.tasks.source != "bugfix":
         raise ValueError(f"--warm-start sft plays the scripted expert on generated bug-fix tasks (--tasks bugfix); "
                          f"got --tasks {cfg.tasks.source}")
+
+
+def turns_over_budget(trajs: Any, max_new_tokens: int) -> tuple[int, int, int]:
+    """(turns longer than `max_new_tokens`, all turns, the longest turn's tokens) of expert trajectories: a turn
+    the policy cannot finish within its budget (the quick preset's 32 tokens with --env coding-tools: 79 of 128
+    expert turns were longer, up to 74 tokens; every GRPO group then scored 0 and no update ran)."""
+    lengths = [len(turn.completion_ids) for t in trajs for turn in t.turns]
+    return sum(n > max_new_tokens for n in lengths), len(lengths), max(lengths, default=0)
 
 
 def sft_config(cfg: Any) -> Any:
@@ -81,6 +90,11 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
     rewards = [t.reward for t in trajs if t.reward is not None]
     log.info("warm start (sft): %d random-op expert episodes of %s in %.1f s (mean reward %.3f, %d policy tokens)",
              len(trajs), cfg.env.name, data_s, sum(rewards) / max(len(rewards), 1), sum(t.num_policy_tokens for t in trajs))
+    over, turns, longest = turns_over_budget(trajs, cfg.sampling.max_new_tokens)
+    if over:
+        log.warning("warm start: %d of %d expert turns are longer than --max-new-tokens %d (longest %d tokens): "
+                    "the policy is cut off before it can finish such a turn; raise --max-new-tokens", over, turns,
+                    cfg.sampling.max_new_tokens, longest)
     pad = sess.pad_id
     nll_before = policy_nll(sess.model, trajs, pad, micro=scfg.micro)
     total = -(-len(trajs) // scfg.batch) * scfg.epochs
