@@ -157,3 +157,29 @@ def test_zero_reward_spread_at_every_step_is_drawn_and_said(tmp_path, monkeypatc
     steps[3]["adv/frac_zero_std"] = 0.5  # some spread-less groups: no such note
     assert plots.plot_train_reward({"steps": steps}, tmp_path / "r.png") is not None
     assert captured["texts"] == [] and captured["ticks"][0][3] == 0.5
+
+
+def test_the_eval_curve_shades_no_band_between_two_evaluations(tmp_path, monkeypatch):
+    """Before and after only: error bars and a dashed line, no band (nothing was measured in between); from three
+    evaluations on, the band of the curve."""
+    from matplotlib.collections import PolyCollection
+
+    from agentrl.report import plots
+
+    def results(steps):
+        return {"evaluations": [{"label": lab, "step": s, "tasks": [],
+                                 "pass_at_1": {"mean": 0.2 + 0.1 * i, "lo": 0.1 + 0.1 * i, "hi": 0.3 + 0.1 * i,
+                                               "alpha": 0.05}}
+                                for i, (lab, s) in enumerate(steps)], "paired": []}
+
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path, title):
+        seen[path.name] = [c for ax in fig.axes for c in ax.collections if isinstance(c, PolyCollection)]
+        return real_save(fig, path, title)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    assert plots.plot_eval_curve(results([("before", 0), ("after", 20)]), tmp_path / "two.png") is not None
+    assert plots.plot_eval_curve(results([("before", 0), ("eval", 10), ("after", 20)]), tmp_path / "three.png")
+    assert seen["two.png"] == [] and len(seen["three.png"]) == 1

@@ -181,9 +181,11 @@ def _eval_points(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
-    """Held-out pass@1 per evaluation step with its task-level bootstrap interval (band and error bars),
-    and the paired after-before difference in the title. Where an interval is undefined (one task,
-    every task at the same rate) the point has no bar and is marked "interval n/a"."""
+    """Held-out pass@1 per evaluation step with its task-level bootstrap interval (error bars; a band too
+    from 3 evaluations on, when they make a curve), and the paired after-before difference in the title. With
+    two evaluations (before and after) the points are joined by a dashed line only: nothing was measured in
+    between, and a shaded band would draw an interval no evaluation gave. Where an interval is undefined (one
+    task, every task at the same rate) the point has no bar and is marked "interval n/a"."""
     evs = _eval_points(results)
     if not evs:
         return None
@@ -195,11 +197,14 @@ def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
     has = [_finite(iv.get("lo")) and _finite(iv.get("hi")) for iv in ivs]
     lo = [iv["lo"] if h else math.nan for iv, h in zip(ivs, has, strict=True)]
     hi = [iv["hi"] if h else math.nan for iv, h in zip(ivs, has, strict=True)]
-    if any(has):
+    curve = len(evs) >= 3
+    if any(has) and curve:
         ax.fill_between(x, lo, hi, alpha=0.2, color=AFTER_COLOR, label=_band_label(ivs[0].get("alpha")))
     yerr = [[m - a if h else 0.0 for m, a, h in zip(mean, lo, has, strict=True)],
             [b - m if h else 0.0 for m, b, h in zip(mean, hi, has, strict=True)]]
-    ax.errorbar(x, mean, yerr=yerr, marker="o", color=AFTER_COLOR, capsize=4, label="pass@1")
+    label = "pass@1" if curve or not any(has) else f"pass@1, bars: {_band_label(ivs[0].get('alpha'))}"
+    ax.errorbar(x, mean, yerr=yerr, marker="o", color=AFTER_COLOR, capsize=4, label=label,
+                linestyle="-" if curve else "--", linewidth=1.5 if curve else 1.0)
     for e, h in zip(evs, has, strict=True):
         note = [e["label"]] if e.get("label") in ("before", "after", "eval") else []
         note += [f"{e['pass_at_1']['mean']:.2f}"] if note else []
