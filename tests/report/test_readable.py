@@ -34,7 +34,8 @@ def test_durations_sizes_and_units():
     assert [size(b) for b in (512, 1_500, 1.5e6, 4.051e9, 123.4e9, 2e12, None)] == \
         ["512 B", "1.50 kB", "1.50 MB", "4.05 GB", "123 GB", "2.00 TB", "n/a"]
     assert with_unit(4.051e9, "bytes") == "4.05 GB" and with_unit(12.34, "s") == "12.3 s"
-    assert with_unit(1485.0, "s") == "24:45" and with_unit(0.123456, "1") == "0.1235"
+    assert with_unit(1485.0, "s") == "24:45 min" and with_unit(0.123456, "1") == "0.1235"
+    assert with_unit(600, "s") == "10:00 min" and with_unit(3725, "s") == "1:02:05 h"
     assert with_unit(float("nan"), "s") == "n/a"
 
 

@@ -70,14 +70,15 @@ def size(n_bytes: Any) -> str:
 
 
 def with_unit(value: Any, unit: str, spec: str = ".4g") -> str:
-    """A value in its schema unit, for a person: "s" -> duration (seconds kept below a minute: "12.3 s"),
-    "bytes" -> size, others `format(value, spec)`; "n/a" when not a finite number."""
+    """A value in its schema unit, for a person: "s" -> "12.3 s" below a minute, "24:45 min" below an hour, else
+    "1:02:05 h" (the unit said, as beside "5.0 s" in one table), "bytes" -> size, others `format(value, spec)`;
+    "n/a" when not a finite number."""
     if not _finite(value):
         return "n/a"
     if unit == "bytes":
         return size(value)
     if unit == "s":
-        return f"{value:.1f} s" if value < 60 else duration(value)
+        return f"{value:.1f} s" if value < 60 else f"{duration(value)} {'min' if value < 3599.5 else 'h'}"
     return format(value, spec)
 
 
