@@ -224,3 +224,19 @@ def test_optimizer_moments_of_another_shape_are_refused_at_load(tmp_path):
     with pytest.raises(ValueError, match=r"optimizer.pt does not fit .*parameter 0: exp_avg has shape \(3,\), the "
                                          r"parameter \(4, 4\)"):
         load_checkpoint(path, *build())
+
+
+def test_a_saved_model_folder_has_the_umasks_ordinary_modes(tiny_qwen3, tmp_path):
+    """save_pretrained left model.safetensors 0600 beside 0644 siblings; every file is now 0666 less the umask."""
+    import os
+    import stat
+
+    from agentrl.rl.checkpoint import save_model
+
+    old = os.umask(0o022)
+    try:
+        save_model(tiny_qwen3(), tmp_path / "m")
+    finally:
+        os.umask(old)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in (tmp_path / "m").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes

@@ -63,6 +63,16 @@ def _umask() -> int:
     return mask
 
 
+def ordinary_modes(folder: str | os.PathLike) -> None:
+    """Give every file directly in `folder` the mode `open(path, "w")` would (0666 less the umask): writers that go
+    through a private temp file (transformers' save_pretrained leaves model.safetensors 0600) otherwise leave
+    one file of a saved model unreadable to others beside 0644 siblings."""
+    mode = 0o666 & ~_umask()
+    for f in Path(folder).iterdir():
+        if f.is_file() and not f.is_symlink():
+            f.chmod(mode)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` atomically (same-directory temp file, fsync, os.replace, dir fsync).
 

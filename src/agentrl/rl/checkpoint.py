@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agentrl.report.results import fsync_path
+from agentrl.report.results import fsync_path, ordinary_modes
 from agentrl.rl.run_record import write_run_record
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
@@ -59,7 +59,8 @@ def set_rng_state(py: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
 
 def save_model(model: nn.Module, path: Path) -> None:
     """Write `model` into the new folder `path`: a peft LoRA model's adapters with agentrl_lora.json (its
-    base), an HF model by save_pretrained, any other nn.Module as state_dict.pt."""
+    base), an HF model by save_pretrained, any other nn.Module as state_dict.pt; every file with the umask's
+    ordinary mode (ordinary_modes)."""
     from agentrl.models.lora import is_lora, save_adapter
 
     if is_lora(model):  # the adapters only, with the base they belong to
@@ -69,6 +70,7 @@ def save_model(model: nn.Module, path: Path) -> None:
     else:
         path.mkdir(parents=True)
         torch.save(model.state_dict(), path / "state_dict.pt")
+    ordinary_modes(path)
 
 
 def save_checkpoint(root: str | os.PathLike, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,

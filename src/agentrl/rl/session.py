@@ -25,6 +25,7 @@ import torch
 from agentrl.models.device import resolve_device
 from agentrl.models.lora import merged_copy
 from agentrl.report.log import progress
+from agentrl.report.results import ordinary_modes
 from agentrl.report.trackers import open_tracker
 from agentrl.rl.agent_backends import agent_factory
 from agentrl.rl.backend import LocalBackend
@@ -178,6 +179,7 @@ class RunSession:
         path = self.out / "merged"
         merged_copy(self.model).save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+        ordinary_modes(path)
         log.info("merged LoRA model: %s", path)
         return path
 
