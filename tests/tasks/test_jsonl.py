@@ -137,3 +137,22 @@ def test_directory_is_named_as_a_directory_not_as_missing(tmp_path):
     for p in (tmp_path, tmp_path / "tasks.jsonl"):
         with pytest.raises(ValueError, match="is a directory; expected a JSONL file"):
             load_tasks(p)
+
+
+@pytest.mark.parametrize("field", ["id", "family", "split"])
+@pytest.mark.parametrize("value, why", [
+    ("x" * 10_000_000, "10,000,000 characters, at most 200"),
+    ("a\nb", "holds a control character"),
+    ("tab\there", "holds a control character"),
+])
+def test_a_name_field_is_one_short_printable_line_and_the_error_stays_short(tmp_path, field, value, why):
+    """A 10 MB id loaded and was copied into results.json and every log line about its task; jsonschema's own
+    message quoted the whole value. Now refused at load, with an error of a line."""
+    from agentrl.tasks.jsonl import load_tasks
+
+    d = task_to_dict(make_tasks(1)[0])
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({**d, field: value}) + "\n")
+    with pytest.raises(ValueError, match=why) as got:
+        load_tasks(path)
+    assert f"field '{field}'" in str(got.value) and len(str(got.value)) < 400

@@ -23,6 +23,12 @@ from agentrl.tasks.task import EditOp, Task
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
 
+# A name that results.json, the log, plots' legends and the HTML report print: one line of at most NAME_CHARS
+# characters (a 10 MB id was copied into results.json and every log line about its task; a newline in one split
+# a log line in two)
+NAME_CHARS = 200
+_NAME = {"type": "string", "minLength": 1, "maxLength": NAME_CHARS, "pattern": "^[^\\x00-\\x1f\\x7f]+$"}
+
 TASK_SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "agentrl Task (one JSONL line)",
@@ -31,9 +37,9 @@ TASK_SCHEMA: dict = {
                  "reference"],
     "additionalProperties": False,
     "properties": {
-        "id": {"type": "string", "minLength": 1},
-        "family": {"type": "string", "minLength": 1},
-        "split": {"type": "string", "minLength": 1},
+        "id": _NAME,
+        "family": _NAME,
+        "split": _NAME,
         "files": {"type": "object", "additionalProperties": {"type": "string"}},
         "entry": {"type": "string", "minLength": 1},
         "source_file": {"type": "string", "minLength": 1},
@@ -66,6 +72,17 @@ def task_to_dict(task: Task) -> dict:
         "edit_ops": [{"name": op.name, "old": op.old, "new": op.new, "correct": op.correct} for op in task.edit_ops],
         "meta": task.meta,
     }
+
+
+def _message_of(error: jsonschema.ValidationError) -> str:
+    """A schema error's reason, short whatever the value's size: jsonschema's own message quotes the whole value
+    (a 10 MB id made a 10 MB error)."""
+    if error.validator == "maxLength" and isinstance(error.instance, str):
+        return f"{len(error.instance):,} characters, at most {error.validator_value}"
+    if error.validator == "pattern" and error.validator_value == _NAME["pattern"]:
+        return (f"{error.instance[:60]!r}{'...' if len(error.instance) > 60 else ''} holds a control character (a "
+                "newline or tab, say); names are one printable line")
+    return error.message if len(error.message) <= 300 else error.message[:300] + "..."
 
 
 def _field_of(error: jsonschema.ValidationError) -> str:
@@ -136,7 +153,7 @@ def task_from_dict(data: object, where: str = "task") -> Task:
     errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
-        raise ValueError(f"{where}: field {_field_of(e)!r}: {e.message}")
+        raise ValueError(f"{where}: field {_field_of(e)!r}: {_message_of(e)}")
     assert isinstance(data, dict)
     problem = _meaning_problem(data)
     if problem:
