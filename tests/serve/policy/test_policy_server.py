@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import re
 import threading
 import time
 
@@ -309,3 +310,31 @@ def test_auto_opened_rollouts_are_capped_and_closing_one_frees_a_place(policy):
     srv.close()
     with pytest.raises(ValueError, match="max_auto_open"):
         PolicyServer(model, tok, max_auto_open=0)
+
+
+def test_logprobs_are_served_when_asked_and_top_logprobs_is_refused(served):
+    """`logprobs: true` came back null though every sampled token's log-prob is recorded; now the reply carries
+    them (OpenAI's choices[].logprobs.content), streaming or not, equal to the trace's. top_logprobs > 0 cannot
+    be served (only the sampled token's is recorded): a 400 saying so, not a silent empty list."""
+    srv, http_, _ = served
+    srv.open_rollout("lp")
+    c = client(http_, "lp")
+    r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
+                                  logprobs=True)
+    call = srv.trace("lp").calls[-1]
+    got = r.choices[0].logprobs.content
+    assert [x.logprob for x in got] == list(call.logprobs) == [-0.25] * len(call.completion_ids)
+    assert "".join(x.token for x in got) == srv.tokenizer.decode(list(call.completion_ids), skip_special_tokens=False)
+    assert bytes(got[0].bytes).decode() == got[0].token and got[0].top_logprobs == []
+    plain = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
+    assert plain.choices[0].logprobs is None
+    chunks = list(c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
+                                            logprobs=True, stream=True))
+    streamed = [x.logprob for ch in chunks if ch.choices and ch.choices[0].logprobs
+                for x in ch.choices[0].logprobs.content]
+    assert streamed == list(srv.trace("lp").calls[-1].logprobs)
+    for top, why in ((3, "not served"), (-1, "integer in \\[0, 20\\]"), (True, "integer in \\[0, 20\\]")):
+        status, body = raw(http_, "POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": top}).encode(),
+            {"Authorization": "Bearer lp"})
+        assert status == 400 and re.search(why, json.loads(body)["error"]["message"]), body

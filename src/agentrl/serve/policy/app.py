@@ -32,6 +32,7 @@ from agentrl.serve.policy.chat_format import (
     RequestError,
     completion_body,
     loads_strict,
+    logprobs_content,
     parse_request,
     stream_chunks,
 )
@@ -131,11 +132,15 @@ def create_app(server: PolicyServer, *, prepare_workers: int = 4) -> FastAPI:
             return _error(RequestError(500, f"sampling failed: {type(e).__name__}: {str(e)[:300]}", "server_error"))
         name = req.model or server.model_name
         cid = f"chatcmpl-{rid}-{record.index}"
+        lps = None
+        if req.logprobs:
+            pieces = [server.tokenizer.decode([t], skip_special_tokens=False) for t in record.completion_ids]
+            lps = logprobs_content(pieces, list(record.logprobs))
         if req.stream:
-            chunks = stream_chunks(cid, name, reply, _usage(record) if req.include_usage else None)
+            chunks = stream_chunks(cid, name, reply, _usage(record) if req.include_usage else None, lps)
             return StreamingResponse(_sse(chunks), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return StrictJSONResponse(completion_body(cid, name, reply, _usage(record)))
+        return StrictJSONResponse(completion_body(cid, name, reply, _usage(record), lps))
 
     async def models():  # constant work: answered on the loop, never queued behind the thread pool
         return {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": int(time.time()),

@@ -51,6 +51,7 @@ class ChatRequest:
         max_tokens: the client's completion cap (None: the server's).
         overridden: client sampling parameters replaced by the trainer's, {name: client value}.
         model: the model name the client asked for (echoed back).
+        logprobs: the reply carries each sampled token's log-prob (`logprobs: true`; logprobs_content).
     """
 
     messages: list[dict[str, Any]]
@@ -60,6 +61,7 @@ class ChatRequest:
     max_tokens: int | None
     overridden: dict[str, Any]
     model: str
+    logprobs: bool = False
 
 
 def _text(content: Any, where: str) -> str:
@@ -251,9 +253,16 @@ def parse_request(body: Any) -> ChatRequest:
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise RequestError(400, f"'stream_options' must be an object, got {type(opts).__name__}")
+    top = body.get("top_logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+        raise RequestError(400, f"'top_logprobs' must be an integer in [0, 20], got {repr(top)[:40]}")
+    if top:
+        raise RequestError(400, "'top_logprobs' > 0 is not served: the server records the sampled token's log-prob "
+                           "only (ask with 'logprobs': true and no top_logprobs)")
     return ChatRequest(messages=convert_messages(body.get("messages")), tools=check_tools(body.get("tools")),
                        stream=_flag(body, "stream"), include_usage=_flag(opts or {}, "include_usage"),
-                       max_tokens=_max_tokens(body), overridden=overridden, model=_model_name(body))
+                       max_tokens=_max_tokens(body), overridden=overridden, model=_model_name(body),
+                       logprobs=_flag(body, "logprobs"))
 
 
 @dataclass(frozen=True)
@@ -313,29 +322,39 @@ def history_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
     return json.dumps([[strip(m) for m in messages], tools], sort_keys=True, ensure_ascii=False, default=str)
 
 
-def completion_body(rid: str, model: str, reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
-    """A non-streaming `chat.completion` object."""
+def logprobs_content(tokens: list[str], logprobs: list[float]) -> dict[str, Any]:
+    """OpenAI's `choices[].logprobs` for sampled tokens (text pieces, as decoded one by one) and their log-probs
+    (nats, under the policy at the server's temperature: what the trainer records): `{"content": [{"token",
+    "logprob", "bytes", "top_logprobs": []}]}`, one entry per sampled token, the end-of-turn token included."""
+    return {"content": [{"token": t, "logprob": float(lp), "bytes": list(t.encode("utf-8")), "top_logprobs": []}
+                        for t, lp in zip(tokens, logprobs, strict=True)]}
+
+
+def completion_body(rid: str, model: str, reply: Reply, usage: dict[str, int],
+                    logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A non-streaming `chat.completion` object (`logprobs`: logprobs_content's, when the request asked)."""
     return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason,
-                         "logprobs": None}],
+                         "logprobs": logprobs}],
             "usage": usage}
 
 
-def stream_chunks(rid: str, model: str, reply: Reply, usage: dict[str, int] | None) -> list[dict[str, Any]]:
+def stream_chunks(rid: str, model: str, reply: Reply, usage: dict[str, int] | None,
+                  logprobs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The `chat.completion.chunk` objects of one reply: role, content, one delta per tool call, the
-    finish reason, and (if asked) a usage chunk with empty choices. The `data: [DONE]` line is the
-    transport's."""
+    finish reason (carrying `logprobs`, logprobs_content's, when the request asked), and (if asked) a usage chunk
+    with empty choices. The `data: [DONE]` line is the transport's."""
     base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+    def chunk(delta: dict[str, Any], finish: str | None = None, lps: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lps}]}
 
     out = [chunk({"role": "assistant", "content": ""})]
     if reply.content:
         out.append(chunk({"content": reply.content}))
     for k, c in enumerate(reply.tool_calls):
         out.append(chunk({"tool_calls": [{"index": k, **c}]}))
-    out.append(chunk({}, reply.finish_reason))
+    out.append(chunk({}, reply.finish_reason, logprobs))
     if usage is not None:
         out.append({**base, "choices": [], "usage": usage})
     return out
