@@ -152,11 +152,47 @@ def _agent_trajectories(run: SFTRunConfig, cfg: SFTConfig, tasks: list, tok: Any
                                      max_context_tokens=cfg.max_tokens)
 
 
+def _fit_or_keep(model: Any, tok: Any, trajs: list, cfg: SFTConfig, run: SFTRunConfig, out: Path,
+                 base_summary: dict[str, Any], steps: int, t0: float) -> tuple[float, Any]:
+    """The NLL before and the SFT steps: (nll_before, sft's metrics). Interrupted (Ctrl-C, SIGTERM: a scheduler's
+    stop, `timeout`), it saves the model as trained so far (once a step finished) and a summary with status
+    "interrupted", then re-raises."""
+    from agentrl.report.results import atomic_write_json, to_json_ready
+    from agentrl.rl.run_folder import sigterm_interrupts
+    from agentrl.sft.trainer import policy_nll, save_policy, sft
+
+    done: list[int] = []
+
+    def on_step(r: dict[str, Any]) -> None:
+        done.append(r["step"])
+        log.info("step %d epoch %d loss %.4f grad_norm %.3f lr %.2e", r["step"], r["epoch"], r["loss"],
+                 r["grad_norm"], r["lr"])
+
+    nll_before = None
+    try:
+        with sigterm_interrupts():
+            nll_before = policy_nll(model, trajs, tok.pad_token_id, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
+            return nll_before, sft(model, trajs, cfg, pad_id=tok.pad_token_id, on_step=on_step)
+    except KeyboardInterrupt as e:
+        if done:
+            save_policy(model, tok, out, merged=run.lora_merge)
+        summary = {**base_summary, "status": "interrupted", "interrupted_by": str(e) or "KeyboardInterrupt",
+                   "steps_done": len(done), "steps_planned": steps, "nll_before": nll_before,
+                   "total_wall_clock_s": time.perf_counter() - t0}
+        atomic_write_json(out / "sft_summary.json", to_json_ready(summary))
+        log.error("interrupted after %d of %d optimizer steps: %s", len(done), steps,
+                  f"the model as trained so far is in {out}" if done else "no step had finished, no model saved")
+        raise
+
+
 def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     """Build or load the trajectories, fine-tune, save model + tokenizer + summary into `run.out`.
 
+    Interrupted (Ctrl-C, SIGTERM) during training, it saves the model as trained so far (when a step finished) and
+    a summary with status "interrupted", steps_done and steps_planned, then re-raises.
+
     Returns:
-        The summary written to `<out>/sft_summary.json`.
+        The summary written to `<out>/sft_summary.json` (status "completed").
 
     Raises:
         FileNotFoundError / ValueError: bad model path, JSONL file, environment, or SFT settings.
@@ -168,7 +204,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.report.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.update import enable_gradient_checkpointing
     from agentrl.sft.data import save_trajectories
-    from agentrl.sft.trainer import policy_nll, save_policy, sft
+    from agentrl.sft.trainer import policy_nll, save_policy
 
     if run.save_jsonl:  # before the model loads and the expert plays, not after
         from agentrl.preflight import check_output_file
@@ -221,20 +257,18 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     # a 135M model on 2 CPU cores spends minutes here before the first step's line: say what is running
     log.info("policy NLL before training (a forward pass over the %d trajectories), then %d optimizer steps",
              len(trajs), steps)
-    nll_before = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
-    metrics = sft(model, trajs, cfg, pad_id=pad, on_step=lambda r: log.info(
-        "step %d epoch %d loss %.4f grad_norm %.3f lr %.2e", r["step"], r["epoch"], r["loss"], r["grad_norm"], r["lr"]))
-    nll_after = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
-    log.info("policy NLL %.4f -> %.4f nats/token", nll_before, nll_after)
-    save_policy(model, tok, out, merged=run.lora_merge)
-    summary = {
+    base_summary = {
         "run": run_summary(run), "sft": asdict(cfg), "device": device, "versions": versions(),
         "chat_template": tokenizer_template(tok, run.policy.chat_template or "model").describe(),
         "data": {"trajectories": len(trajs), "mean_reward": sum(rewards) / len(rewards),
                  "data_wall_clock_s": data_s},
-        "nll_before": nll_before, "nll_after": nll_after, **metrics.to_dict(),
-        "total_wall_clock_s": time.perf_counter() - t0,
     }
+    nll_before, metrics = _fit_or_keep(model, tok, trajs, cfg, run, out, base_summary, steps, t0)
+    save_policy(model, tok, out, merged=run.lora_merge)  # before the after-pass: an interrupt there loses nothing
+    nll_after = policy_nll(model, trajs, pad, micro=cfg.micro, autocast_bf16=cfg.autocast_bf16)
+    log.info("policy NLL %.4f -> %.4f nats/token", nll_before, nll_after)
+    summary = {**base_summary, "status": "completed", "nll_before": nll_before, "nll_after": nll_after,
+               **metrics.to_dict(), "total_wall_clock_s": time.perf_counter() - t0}
     atomic_write_json(out / "sft_summary.json", to_json_ready(summary))
     log.info("saved model, tokenizer and sft_summary.json to %s (%.1f s)", out, summary["total_wall_clock_s"])
     return summary

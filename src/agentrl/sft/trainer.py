@@ -203,3 +203,8 @@ def save_policy(model: nn.Module, tokenizer: Any, out_dir: Any, *, merged: bool 
     else:
         model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    from agentrl.report.results import ordinary_modes
+
+    for folder in (out, out / "merged"):  # save_pretrained's model.safetensors is 0600 otherwise
+        if folder.is_dir():
+            ordinary_modes(folder)
