@@ -181,3 +181,18 @@ def test_families_the_user_typed_on_non_bugfix_tasks_do_not_blame_a_preset(tmp_p
         with pytest.raises(ValueError, match=f"^{flag} '.*' applies to --tasks bugfix only, but this run's tasks "
                                              f"are 'wordle'; pass {flag} ''$"):
             plan_run(cfg)
+
+
+def test_lora_on_the_demo_presets_says_the_preset_chose_the_fast_sampler():
+    """The demo and quick presets sample with --sampler fast, which cannot sample through LoRA adapters: the
+    refusal says the preset chose it and what to add; with --sampler hf the config is valid."""
+    import pytest
+
+    from agentrl.rl.config import RLConfig
+
+    with pytest.raises(ValueError, match="--preset quick sets --sampler fast, so add --sampler hf"):
+        RLConfig.from_preset("quick", lora_r=4)
+    assert RLConfig.from_preset("quick", lora_r=4, sampler="hf").update.lora_r == 4
+    with pytest.raises(ValueError) as plain:
+        RLConfig.from_flat(lora_r=4, sampler="fast")
+    assert "--preset" not in str(plain.value)

@@ -338,7 +338,9 @@ def _validate_floats(v: SimpleNamespace) -> None:
         # the fast sampler reads the base weights directly and would sample without the adapters
         "lora_r": (not (v.lora_r and not SAMPLERS[v.sampler].supports_lora),
                    f"0 with --sampler {v.sampler} (it reads the base weights, not the adapters; LoRA needs "
-                   f"--sampler {' or '.join(n for n, x in SAMPLERS.items() if x.supports_lora)})"),
+                   f"--sampler {' or '.join(n for n, x in SAMPLERS.items() if x.supports_lora)}"
+                   + (f"; --preset {v.preset} sets --sampler {v.sampler}, so add --sampler hf"
+                      if PRESETS.get(v.preset, {}).get("sampler") == v.sampler else "") + ")"),
         # the resample matrix is n_boot x tasks: beyond this it costs memory, not precision
         "n_boot": (v.n_boot <= 1_000_000, "at most 1,000,000 resamples"),
     }
