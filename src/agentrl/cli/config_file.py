@@ -28,15 +28,20 @@ def add_config_flags(parser: Any) -> None:
                             "`--config` reads it back.")
 
 
-def config_path(argv: list[str]) -> str | None:
-    """The value of the last `--config FILE` / `--config=FILE` in `argv`, or None."""
+def last_flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of the last `FLAG X` / `FLAG=X` in `argv` (None when not given), read before argparse runs."""
     value = None
     for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             value = argv[i + 1]
-        elif arg.startswith("--config="):
+        elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+def config_path(argv: list[str]) -> str | None:
+    """The value of the last `--config FILE` / `--config=FILE` in `argv`, or None."""
+    return last_flag_value(argv, "--config")
 
 
 def _load_unique_keys(text: str) -> Any:
@@ -281,12 +286,9 @@ def preset_defaults(argv: list[str], file_keys: Iterable[str] = ()) -> dict[str,
 
     given = [a.split("=", 1)[0].replace("_", "-") for a in argv if a.startswith("--")]
     given = [f for f in given if f != "--config"] + ["--" + k.replace("_", "-") for k in file_keys]
-    name = "demo" if all(f in WHERE_FLAGS for f in given) else None
-    for i, arg in enumerate(argv):
-        if arg == "--preset" and i + 1 < len(argv):
-            name = argv[i + 1]
-        elif arg.startswith("--preset="):
-            name = arg.split("=", 1)[1]
+    name = last_flag_value(argv, "--preset")
+    if name is None and all(f in WHERE_FLAGS for f in given):
+        name = "demo"
     return {**PRESETS[name], "preset": name} if name in PRESETS else {}
 
 

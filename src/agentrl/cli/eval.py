@@ -68,17 +68,6 @@ def eval_defaults(argv: list[str]) -> dict[str, Any]:
     return {**recorded_defaults(argv), **config_file_defaults(argv, ignore=TRAIN_ONLY)}
 
 
-def _flag_value(argv: list[str], flag: str) -> str | None:
-    """The value of the last `FLAG X` / `FLAG=X` in `argv` (None when not given)."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 # recorded settings that describe the run's own task source: not reused when --tasks names another one
 # (a bug-fix run's families made `agentrl eval --model runs/default --tasks mbpp` fail with "--families ...
 # applies to --tasks bugfix only")
@@ -90,15 +79,16 @@ def recorded_defaults(argv: list[str]) -> dict[str, Any]:
     folder with an agentrl_run.json (agentrl.rl.run_record), the settings recorded there (env, tasks,
     families, episode limits, held-out size, sampling distribution), so flags given on the command line still override them;
     with a --tasks other than the recorded one, without the recorded families (TASK_SOURCE_SETTINGS); else none ({})."""
+    from agentrl.cli.config_file import last_flag_value
     from agentrl.rl.run_record import read_run_record
 
-    model = _flag_value(argv, "--model")
+    model = last_flag_value(argv, "--model")
     found = read_run_record(model) if model else None
     if found is None:
         return {}
     record, path = found
     settings = dict(record["settings"])
-    tasks = _flag_value(argv, "--tasks")
+    tasks = last_flag_value(argv, "--tasks")
     if tasks is not None and tasks != settings.get("tasks"):
         for key in TASK_SOURCE_SETTINGS:
             settings.pop(key, None)
