@@ -75,7 +75,7 @@ FINE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  
 
 class Regions:
     """Device time of named regions of a sampler call, from CUDA events recorded around them (no syncs until
-    `totals`; on the CPU, perf_counter). `wrap(obj, attr, key)` brackets every call of the bound method
+    `seconds`; on the CPU, perf_counter). `wrap(obj, attr, key)` brackets every call of the bound method
     `obj.attr` (an instance attribute shadowing the class's, so only this object is timed)."""
 
     def __init__(self, device: str):
@@ -104,43 +104,30 @@ class Regions:
 
         setattr(obj, attr, timed_call)
 
-    def totals(self) -> dict[str, tuple[int, float]]:
-        """{key: (calls, seconds)}."""
+    def seconds(self) -> dict[str, list[float]]:
+        """{key: each bracketed call's seconds, in call order}."""
         if self.cuda:
             self.torch.cuda.synchronize()
         sec = (lambda a, b: a.elapsed_time(b) / 1e3) if self.cuda else (lambda a, b: b - a)
-        return {k: (len(v), sum(sec(a, b) for a, b in v)) for k, v in self.spans.items()}
+        return {k: [sec(a, b) for a, b in v] for k, v in self.spans.items()}
 
 
 def region_call(fs, contexts, budgets, device: str) -> dict:
     """One call of FastSampler `fs` with its whole call, host checks and admissions timed by Regions (see the
-    module doc, --regions): {"calls": seconds, "check": (n, s), "admit": (n, s), "first_admit_s", "steps",
-    "prefill_tokens"}."""
+    module doc, --regions): {"call_s", "check": (n, s), "admit": (n, s), "first_admit_s", "steps",
+    "prefill_tokens"}. The first admission is `_run`'s own, before its first check: the one outside every check."""
     reg = Regions(device)
     for attr in ("_run", "_check", "_admit"):
         reg.wrap(fs, attr, attr)
-    first: list = []
-    orig_admit = fs._admit
-
-    def admit(cis, t):  # the t = 0 admission runs outside every check
-        if t == 0 and not first:
-            first.append(reg.mark())
-            try:
-                return orig_admit(cis, t)
-            finally:
-                first.append(reg.mark())
-        return orig_admit(cis, t)
-
-    fs._admit = admit
     try:
         fs(contexts, budgets)
-        tot = reg.totals()
+        sec = reg.seconds()
     finally:
         for attr in ("_run", "_check", "_admit"):
             fs.__dict__.pop(attr, None)
-    first_s = (first[0].elapsed_time(first[1]) / 1e3 if reg.cuda else first[1] - first[0]) if first else 0.0
-    return {"call_s": tot["_run"][1], "check": tot.get("_check", (0, 0.0)), "admit": tot.get("_admit", (0, 0.0)),
-            "first_admit_s": first_s, "steps": fs.stats["decode_steps"],  # stats: of the last call
+    check, admit = sec.get("_check", []), sec.get("_admit", [])
+    return {"call_s": sum(sec["_run"]), "check": (len(check), sum(check)), "admit": (len(admit), sum(admit)),
+            "first_admit_s": admit[0] if admit else 0.0, "steps": fs.stats["decode_steps"],  # stats: of the last call
             "prefill_tokens": fs.stats["prefill_tokens"]}
 
 
