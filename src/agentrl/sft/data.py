@@ -376,8 +376,7 @@ def load_trajectories(path: str | os.PathLike, tokenizer: Any = None, *, enable_
             traj = trajectory_from_record(rec, where, vocab_size)
         out.append(Trajectory(**{**traj.__dict__, "group_id": len(out)}))
     if not out:
-        raise ValueError(f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask "
-                         "or messages)")
+        raise ValueError(_no_trajectories(p))
     if not any(t.num_policy_tokens for t in out):
         raise ValueError(_no_policy_tokens(p, len(out)))
     return out
@@ -399,10 +398,13 @@ def check_trajectory_file(path: str | os.PathLike) -> None:
         else:
             trainable += trajectory_from_record(rec, where).num_policy_tokens > 0
     if not n:
-        raise ValueError(f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask "
-                         "or messages)")
+        raise ValueError(_no_trajectories(p))
     if not trainable:
         raise ValueError(_no_policy_tokens(p, n))
+
+
+def _no_trajectories(p: Path) -> str:
+    return f"{p}: no trajectories (expected JSON lines with prompt_ids/completion_ids/policy_mask or messages)"
 
 
 def _no_policy_tokens(p: Path, n: int) -> str:
