@@ -5,7 +5,8 @@ Per configuration (dtype, GQA group g, head size D of the models we train): the 
 block, whether its K/V loads are software-pipelined (`cp.async` copies, Triton's pipeliner) and 16-byte vectors
 (`ld.global.v4`), its tensor-core instructions (`mma`), and whether the merge kernel builds. The integer arguments
 and pointers get the 16-byte divisibility that Triton's JIT infers at a real launch for FastSampler's cache (head
-size 64 / 128, span a multiple of 128, torch's aligned allocations), so this is the code a launch compiles.
+size 64 / 128, span a multiple of 128, torch's aligned allocations), with the decode step's K/V write inside
+(WRITE), so this is the code a launch compiles.
 
     TRITON_INTERPRET=0 PYTHONPATH=src python bench/triton_decode_aot.py [--arch 90 80] [--tiles 64:3:4 128:2:8] [--json]
 
@@ -24,11 +25,12 @@ import sys
 # (dtype, g, D): Qwen3-0.6B (16 heads over 8, 128), Qwen2.5-Coder-0.5B (14 over 2, 64), Qwen2.5-Coder-1.5B
 # (12 over 2, 128), fp32 (the exactness mode), and 256-wide heads (Gemma-like; fp32 there takes WIDE_FP32_TILE)
 CONFIGS = [("bf16", 2, 128), ("bf16", 7, 64), ("bf16", 6, 128), ("fp32", 2, 128), ("bf16", 2, 256), ("fp32", 2, 256)]
-SPLIT_ARGS = ["Q", "K", "V", "RANGE", "O_PART", "LSE_PART", "s_qb", "s_qh", "s_kb", "s_kh", "s_kn", "s_vb", "s_vh",
-              "s_vn", "s_ob", "s_oh", "s_os", "s_lb", "s_lh", "n_kv", "chunk", "length", "qk_scale"]
+SPLIT_ARGS = ["Q", "K", "V", "RANGE", "O_PART", "LSE_PART", "K_NEW", "V_NEW", "s_qb", "s_qh", "s_kb", "s_kh", "s_kn",
+              "s_vb", "s_vh", "s_vn", "s_ob", "s_oh", "s_os", "s_lb", "s_lh", "s_nkb", "s_nkh", "s_nvb", "s_nvh",
+              "n_kv", "chunk", "length", "qk_scale"]
 # what the JIT sees as multiples of 16 for FastSampler's cache (n_kv, s_lb, s_lh: the head and split counts, not)
-DIV16 = {"Q", "K", "V", "RANGE", "O_PART", "LSE_PART", "s_qb", "s_qh", "s_kb", "s_kh", "s_kn", "s_vb", "s_vh", "s_vn",
-         "s_ob", "s_oh", "s_os", "chunk", "length"}
+DIV16 = {"Q", "K", "V", "RANGE", "O_PART", "LSE_PART", "K_NEW", "V_NEW", "s_qb", "s_qh", "s_kb", "s_kh", "s_kn", "s_vb",
+         "s_vh", "s_vn", "s_ob", "s_oh", "s_os", "s_nkb", "s_nkh", "s_nvb", "s_nvh", "chunk", "length"}
 COMBINE_ARGS = ["O_PART", "LSE_PART", "OUT", "s_ob", "s_oh", "s_os", "s_lb", "s_lh", "s_outb", "n_heads"]
 
 
@@ -46,10 +48,10 @@ def compile_kernels(arch: int, dtype: str, g: int, d: int, tile: str | None = No
     tdtype = torch.float32 if dtype == "fp32" else torch.bfloat16
     t = td.Tile.parse(tile) if tile else td.tile_for(tdtype, d)
     target = GPUTarget("cuda", arch, 32)
-    types = [f"*{dtype}"] * 3 + ["*i32", "*fp32", "*fp32"] + ["i32"] * 16 + ["fp32"]
+    types = [f"*{dtype}"] * 3 + ["*i32", "*fp32", "*fp32"] + [f"*{dtype}"] * 2 + ["i32"] * 20 + ["fp32"]
     sig = dict(zip(SPLIT_ARGS, types, strict=True))
     const = dict(G=g, G_PAD=td._pow2(g, td.MIN_ROWS), D=d, D_PAD=td._pow2(d, td.MIN_ROWS), BLOCK=t.block_n,
-                 PRECISION=td.precision(tdtype), DOT_F32=False)
+                 PRECISION=td.precision(tdtype), DOT_F32=False, WRITE=True)  # as FastSampler's decode step
     sig.update(dict.fromkeys(const, "constexpr"))
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(SPLIT_ARGS) if n in DIV16}
     src = ASTSource(fn=td._decode_attention_split, signature=sig, attrs=attrs,

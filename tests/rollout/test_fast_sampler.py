@@ -9,7 +9,7 @@ from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWa
 
 from agentrl.models.load import load_policy
 from agentrl.rollout.driver import RolloutConfig, run_episodes
-from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for
+from agentrl.rollout.fast_sampler import FastSampler, fast_sampler_for, pick_token
 from agentrl.rollout.hf_sampler import SamplingConfig, sample_turns
 
 EOT = 151645
@@ -225,12 +225,13 @@ def test_a_failed_graph_capture_turns_graphs_off_and_raises(policy, monkeypatch,
 
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="inductor on the CPU needs a C compiler")
 def test_compiled_decode_step_samples_what_the_eager_one_does(policy):
-    """compile_decode (each layer's regions around its attention through torch.compile; cache write, attention and
-    sampling eager): the same tokens and log-probs as the eager step for the same seed (fp32), across chunked checks,
-    ragged budgets, growing spans and a compaction from 4 rows to 2, with two graphs per compiled region for all of
-    it, one for the prefill's [b, S] queries and one for a decode step's single one (dynamo specializes a size of 1):
-    no recompile per layer (the first layer's input is no different), per span (the regions never see the cache)
-    or per batch bucket (dynamic), and no graph break."""
+    """compile_decode (each layer's regions around its attention and the token pick through torch.compile; cache
+    write, attention and the noise draw eager): the same tokens and log-probs as the eager step for the same seed
+    (fp32), across chunked checks, ragged budgets, growing spans and a compaction from 4 rows to 2, with two graphs
+    per layer region for all of it, one for the prefill's [b, S] queries and one for a decode step's single one
+    (dynamo specializes a size of 1), and one for the pick whatever the batch: no recompile per layer (the first
+    layer's input is no different), per span (the regions never see the cache) or per batch bucket (dynamic), and
+    no graph break."""
     from torch._dynamo.utils import counters
 
     model, tok = policy
@@ -247,8 +248,9 @@ def test_compiled_decode_step_samples_what_the_eager_one_does(policy):
     assert [s.ids for s in got] == [s.ids for s in eager]
     assert max(abs(a - b) for s, e in zip(got, eager, strict=True) for a, b in zip(s.logprobs, e.logprobs, strict=True)) < 1e-4
     assert len(model.model.layers) >= 2 and not counters["graph_break"]
-    assert counters["stats"]["unique_graphs"] == 4  # pre_ and post_attention, each for prefill and for decode
-    assert counters["frames"]["total"] == 4
+    # pre_ and post_attention, each for prefill and for decode; pick_token once, for every batch (dynamic)
+    assert counters["stats"]["unique_graphs"] == 5
+    assert counters["frames"]["total"] == 5
 
 
 def test_fresh_prefill_equals_prefill_over_a_kept_prefix(policy):
@@ -328,3 +330,36 @@ def test_fuse_projections_refuses_layers_it_cannot_fuse(policy):
     with pytest.raises(ValueError, match="fuse_projections: layer 1"):
         FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id, fuse_projections=True)
     assert FastSampler(model, stop_ids=(EOT,), pad_id=tok.pad_token_id).fused is None
+
+
+def test_the_race_picks_each_token_with_its_probability():
+    """pick_token is an exact categorical draw: over 40,000 draws from p = softmax(scores) (a token masked to -inf
+    among them) each token's frequency is within 4 standard errors of p, the masked one never drawn, and the
+    log-prob returned is log p of the token drawn."""
+    torch.manual_seed(0)
+    scores = torch.tensor([[2.0, 0.5, float("-inf"), -1.0, 1.0]]).expand(40000, 5)
+    p = torch.softmax(scores[0], -1)
+    tok, logp = pick_token(scores, torch.empty(scores.shape).exponential_())
+    freq = torch.bincount(tok, minlength=5).double() / len(tok)
+    se = (p.double() * (1 - p.double()) / len(tok)).sqrt()
+    assert freq[2] == 0 and bool(((freq - p.double()).abs() <= 4 * se + 1e-12).all()), (freq, p)
+    torch.testing.assert_close(logp, torch.log(p)[tok])
+
+
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="inductor on the CPU needs a C compiler")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_compiled_pick_is_the_eager_pick(dtype):
+    """torch.compile(pick_token) (compile_decode) picks the eager pick's tokens for the same noise, with log-probs
+    within 1e-5, for logits of the model's dtype and warped fp32 scores with -inf entries, at several batch sizes
+    through one dynamic graph."""
+    torch._dynamo.reset()
+    compiled = torch.compile(pick_token, dynamic=True)
+    gen = torch.Generator().manual_seed(1)
+    for b in (3, 8, 17):
+        scores = (4 * torch.randn(b, 2000, generator=gen)).to(dtype)
+        if dtype == torch.float32:
+            scores[:, ::7] = float("-inf")  # as top-k / top-p leave them
+        race = torch.empty(b, 2000).exponential_(generator=gen)
+        want, got = pick_token(scores, race), compiled(scores, race)
+        assert torch.equal(got[0], want[0]) and got[1].dtype == torch.float32
+        torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)

@@ -95,6 +95,47 @@ def test_ranges_outside_the_cache_are_clipped_not_read():
     assert (got - reference(q, k, v, valid, 0.25)).abs().max().item() < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("splits", [1, 3, 8])
+def test_the_new_kv_written_inside_the_kernel_equals_writing_it_first(splits, dtype):
+    """new_kv (the decode step's K/V at each row's last key column, FastSampler's decode step): the output and the
+    whole cache after the call equal scattering them into the cache first and attending without new_kv, for rows
+    whose new column falls in any split's chunk (the first, a middle one, the last; a row of one key; a slice of a
+    bigger cache); the cache's other columns are untouched. fp32 within 1e-5, bf16 within its rounding."""
+    nh, nkv, d, length = 6, 2, 24, 200
+    starts, ends = [0, 0, 5, 199, 60, 0], [200, 1, 130, 200, 61, 64]
+    q, k_full, v_full, valid = ragged(6, nh, nkv, d, length + 40, starts, ends, dtype=dtype, seed=4)
+    k, v = k_full[:, :, :length], v_full[:, :, :length]  # a [:, :, :span] view, as FastSampler's
+    past = k_full[:, :, length:].clone(), v_full[:, :, length:].clone()
+    g = torch.Generator().manual_seed(5)
+    kn = torch.randn(6, nkv, 1, d, generator=g).to(DEVICE, dtype)
+    vn = torch.randn(6, nkv, 1, d, generator=g).to(DEVICE, dtype)
+    ranges = triton_decode.key_ranges(valid[:, :length])
+    at = (ranges[:, 1].long() - 1).view(6, 1, 1, 1).expand(6, nkv, 1, d)
+    k_want, v_want = k.clone(), v.clone()
+    k_want.scatter_(2, at, kn)
+    v_want.scatter_(2, at, vn)
+    want = triton_decode.decode_attend(q, k_want, v_want, ranges, d ** -0.5, splits=splits)
+    got = triton_decode.decode_attend(q, k, v, ranges, d ** -0.5, splits=splits, new_kv=(kn, vn))
+    assert torch.equal(k, k_want) and torch.equal(v, v_want)
+    assert torch.equal(k_full[:, :, length:], past[0]) and torch.equal(v_full[:, :, length:], past[1])
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert (got.float() - want.float()).abs().max().item() < tol
+    assert (got.float() - reference(q, k_want, v_want, valid[:, :length], d ** -0.5)).abs().max().item() < tol
+
+
+def test_a_new_column_outside_the_cache_is_neither_written_nor_read():
+    """A range ending past the cache (its new column would be at L or beyond) is clipped as without new_kv: the
+    result is the clipped range's over the cache as it was, and nothing is written."""
+    q, k, v, valid = ragged(2, 4, 2, 16, 20, [0, 4], [20, 20], seed=6)
+    kn, vn = torch.ones(2, 2, 1, 16, device=DEVICE), torch.ones(2, 2, 1, 16, device=DEVICE)
+    k0, v0 = k.clone(), v.clone()
+    wide = torch.tensor([[0, 25], [4, 21]], dtype=torch.int32, device=DEVICE)
+    got = triton_decode.decode_attend(q, k, v, wide, 0.25, splits=2, new_kv=(kn, vn))
+    assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert (got - reference(q, k, v, valid, 0.25)).abs().max().item() < 1e-5
+
+
 def test_decode_attend_rejects_what_it_cannot_compute():
     q, k, v, valid = ragged(2, 4, 2, 16, 20, [0, 0], [20, 5])
     r = triton_decode.key_ranges(valid)
@@ -106,6 +147,12 @@ def test_decode_attend_rejects_what_it_cannot_compute():
         triton_decode.decode_attend(q, k, v, r.long(), 0.25)
     with pytest.raises(ValueError, match="contiguous"):
         triton_decode.decode_attend(q, k.transpose(2, 3).contiguous().transpose(2, 3), v, r, 0.25)
+    with pytest.raises(ValueError, match="new_kv"):
+        triton_decode.decode_attend(q, k, v, r, 0.25, new_kv=(k[:, :, :1], v[:, :1, :1]))
+    with pytest.raises(ValueError, match="new_kv"):
+        triton_decode.decode_attend(q, k, v, r, 0.25, new_kv=(k[:, :, :1].double(), v[:, :, :1].double()))
+    with pytest.raises(ValueError, match="does not write"):
+        attend(q, k, v, key_mask(valid, "matmul", q.dtype), "matmul", 0.25, new_kv=(k[:, :, :1], v[:, :, :1]))
 
 
 def test_tiles_parse_check_and_give_the_same_result():

@@ -28,7 +28,10 @@ lengths live in the mask tensor) and equal up to float rounding (tests/rollout/t
   devices of compute capability 8.0 or later when triton imports: on the H200 (results/bench/
   issue26_h200_2026-12-04) 28 layers' attention of a decode step at batch 64 / 256 (ctx 1024, bf16) took
   1.97 / 7.16 ms, 0.89 / 0.98 of reading the live KV once at 4.3 TB/s, against matmul's 3.12 / 9.99 ms and
-  sdpa's 3.08 / 12.06 ms; with ragged rows 0.75 / 0.92 against sdpa's 0.30 / 0.33.
+  sdpa's 3.08 / 12.06 ms; with ragged rows 0.75 / 0.92 against sdpa's 0.30 / 0.33. It also writes the decode
+  step's new K/V into the cache itself (`attend`'s new_kv, WRITES_NEW_KV), attending that column from registers:
+  one launch a layer where a scatter for K, one for V and the attention took three (the Coder-0.5B profile of
+  2026-12-05 spent 0.20 of a step's 1.71 ms on the 48 scatters).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 DECODE_ATTENTION = ("matmul", "sdpa", "sdpa_gqa", "flex", "triton")  # the forms (FastSampler's default: default_form)
+WRITES_NEW_KV = ("triton",)  # forms that write the decode step's new K/V themselves (`attend`'s new_kv)
 COMPILED_ONLY = ("flex",)  # forms that run fused only inside torch.compile (FastSampler then compiles `attend`)
 
 
@@ -70,21 +74,27 @@ def key_mask(valid: torch.Tensor, form: str, dtype: torch.dtype) -> torch.Tensor
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, form: str,
-           scale: float) -> torch.Tensor:
+           scale: float, new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [b, nh, 1, D], k/v [b, nkv, L, D] (nh a multiple of nkv), mask from `key_mask(.., form, ..)` ->
     [b, 1, nh * D] in HF's head order: query head j reads KV head j // g, g = nh / nkv (as repeat_interleave).
 
+    new_kv: "triton" only (WRITES_NEW_KV): the step's new K/V [b, nkv, 1, D], written into k/v at each row's last
+    valid column inside the attention kernel (triton_decode.decode_attend); the other forms attend over a cache
+    the caller wrote first.
+
     Raises:
-        ValueError: unknown form.
+        ValueError: unknown form, or new_kv given to a form that does not write it.
     """
     b, nh, _, d = q.shape
     nkv = k.shape[1]
+    if new_kv is not None and form not in WRITES_NEW_KV:
+        raise ValueError(f"decode attention: form {form!r} does not write the new K/V (only {WRITES_NEW_KV})")
     if form == "flex":
         return _flex(q, k, v, mask, scale).reshape(b, 1, nh * d)
     if form == "triton":
         from agentrl.rollout.triton_decode import decode_attend
 
-        return decode_attend(q, k, v, mask, scale)
+        return decode_attend(q, k, v, mask, scale, new_kv=new_kv)
     if form == "sdpa_gqa":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True).reshape(
             b, 1, nh * d)

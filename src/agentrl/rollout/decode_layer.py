@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from agentrl.rollout.decode_attention import COMPILED_ONLY, attend
+from agentrl.rollout.decode_attention import COMPILED_ONLY, WRITES_NEW_KV, attend
 from agentrl.rollout.fast_model import Projections, post_attention, pre_attention
 
 
@@ -71,13 +71,16 @@ def decode_layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     """One decoder layer's decode step: h [b, 1, H] (each row's last token) -> [b, 1, H].
 
     The row's K/V are written in place into kc/vc [b, nkv, span, D] (views of the static cache) at column `at`
-    ([b, nkv, 1, D] long: the row's length, its position), then attention over the cache under `mask`
+    ([b, nkv, 1, D] long: the row's length, its position, which must be the last column `mask` admits; "triton"
+    writes them inside its kernel there, one launch instead of three), then attention over the cache under `mask`
     (agentrl.rollout.decode_attention, form `form`, softmax scale `scaling`); cos/sin [b, 1, 1, D] are the rows'
     RoPE rows. As HF's Qwen3/Qwen2/Llama decoder layer: pre-norm attention and MLP, each added to the residual
     stream. `fns` are the regions' functions (`layer_fns`); the write is never inside one (module docstring).
     `proj`: the layer's fused projections (agentrl.rollout.fast_model.FusedProjections) or None (its own modules).
     """
     q, k, v = fns.pre(layer, h, cos, sin, proj)
+    if form in WRITES_NEW_KV:  # the attention kernel writes them at column `at` (the mask's last) itself
+        return fns.post(layer, h, fns.attend(q, kc, vc, mask, form, scaling, (k, v)), proj)
     kc.scatter_(2, at, k)
     vc.scatter_(2, at, v)
     return fns.post(layer, h, fns.attend(q, kc, vc, mask, form, scaling), proj)

@@ -144,7 +144,8 @@ class FastSampler:
             function for the part before attention (norm, projections, RoPE) and one for the part after (o_proj,
             MLP, residual adds), each shared by every layer and run by the decode steps and the prefill forwards
             alike; the KV-cache write and the attention ("flex": compiled on its own, reading the cache only) stay
-            eager (agentrl.rollout.decode_layer says why). The first calls pay the compile (H200, Qwen3-0.6B: about
+            eager (agentrl.rollout.decode_layer says why). The token pick (`pick_token`) is compiled as well; the
+            noise it reads is drawn eagerly. The first calls pay the compile (H200, Qwen3-0.6B: about
             12 s for the decode step's regions). None (default): on for a CUDA model, off on the CPU (where
             inductor's C++ compile costs minutes and the step's cost is the vocabulary, not launches).
         fuse_projections: decode and prefill through each layer's q/k/v and gate/up projections fused into one
@@ -241,8 +242,9 @@ class FastSampler:
         # into the static cache and the attention (but "flex", compiled on its own, reading the cache only) stay
         # eager: with the write inside the compiled layer, inductor copied the whole K and V slices per layer and step
         # (functionalized input mutation), and that step ran at 0.155 / 0.158 of the bandwidth bound at batch
-        # 64 / 256 against eager's 0.251 / 0.285 (H200, 2026-12-02). Embedding, final norm, head, sampling and
-        # recording stay eager (the captured graph draws its noise through the graph-safe default generator).
+        # 64 / 256 against eager's 0.251 / 0.285 (H200, 2026-12-02). Embedding, final norm, head, the noise draw and
+        # recording stay eager (the captured graph draws its noise through the graph-safe default generator); the
+        # token pick from logits and noise (`pick_token`) is compiled too.
         if release_kv is None or release_kv is True:
             from agentrl.rollout.kv_memory import vmm_supported
 
@@ -254,6 +256,8 @@ class FastSampler:
             compile_decode = self.device.type == "cuda"
         self.compile_decode = bool(compile_decode) or decode_attention in COMPILED_ONLY  # "flex" fuses only compiled
         self._layer_fns = layer_fns(self.compile_decode, decode_attention, self.device)
+        # the pick reads the [b, V] logits once or twice compiled, against ~8 passes over fp32 copies eager
+        self._pick = torch.compile(pick_token, dynamic=True) if self.compile_decode else pick_token
         self.fused = self._fused_projections(fuse_projections)
 
     def _fused_projections(self, fuse: bool | None) -> FusedProjections | None:
@@ -318,12 +322,11 @@ class FastSampler:
 
     # ---------------------------------------------------------------- sampling
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[b, V] logits -> ([b] token, [b] float32 log-prob under the warped distribution)."""
-        scores = self.warpers(None, logits.float())
-        logp_all = torch.log_softmax(scores, dim=-1)
-        race = torch.empty_like(logp_all).exponential_()  # argmax p/E, E ~ Exp(1): an exact categorical draw
-        tok = (logp_all.exp() / race).argmax(dim=-1)
-        return tok, logp_all.gather(1, tok[:, None]).squeeze(1)
+        """[b, V] logits -> ([b] token, [b] float32 log-prob under the warped distribution). The noise is drawn
+        eagerly (graph-safe default generator); the pick is `pick_token`, compiled with compile_decode."""
+        scores = self.warpers(None, logits.float()) if self.warpers else logits
+        race = torch.empty(scores.shape, dtype=torch.float32, device=scores.device).exponential_()
+        return self._pick(scores, race)
 
     # ---------------------------------------------------------------- setup
     def _ensure(self, rows: int, length: int, steps: int) -> SlotState:
@@ -716,6 +719,20 @@ class FastSampler:
         k = self._turn_len(ids, budget)
         stopped = k > 0 and int(ids[k - 1]) in self._stops
         return Sample(tuple(ids[:k]), tuple(logps[:k]), hit_token_limit=not stopped)
+
+
+def pick_token(scores: torch.Tensor, race: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exponential race's pick: scores [b, V] (any float dtype: logits, or warped fp32 scores) and race [b, V]
+    float32 (i.i.d. Exp(1) noise) -> ([b] long token, [b] float32 log-prob of it under softmax(scores)).
+
+    token = argmax_v p_v / E_v with p = softmax(scores) in float32: P(token = v) = p_v exactly (the minimum of
+    independent E_v / p_v ~ Exp(p_v) is attained at v with probability p_v / sum p; the Gumbel-max trick in
+    exponential form, as vLLM samples). A pure function, so torch.compile fuses it (FastSampler's compile_decode):
+    the log-softmax, the race and the gather read the logits in one or two passes instead of eager's fp32 copies.
+    """
+    logp_all = torch.log_softmax(scores.float(), dim=-1)
+    tok = (logp_all.exp() / race).argmax(dim=-1)
+    return tok, logp_all.gather(1, tok[:, None]).squeeze(1)
 
 
 def fast_sampler_for(model: Any, tokenizer: Any, cfg: SamplingConfig | None = None, *,

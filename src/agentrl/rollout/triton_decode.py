@@ -105,18 +105,20 @@ def _pow2(n: int, floor: int = 1) -> int:
     return max(floor, 1 << max(0, n - 1).bit_length())
 
 
-def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
+def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART, K_NEW, V_NEW,
                             s_qb, s_qh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
-                            s_ob, s_oh, s_os, s_lb, s_lh,
+                            s_ob, s_oh, s_os, s_lb, s_lh, s_nkb, s_nkh, s_nvb, s_nvh,
                             n_kv, chunk, length, qk_scale,
                             G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                            BLOCK: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr):
+                            BLOCK: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+                            WRITE: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     row = pid // n_kv
     kvh = pid % n_kv
     start = tl.maximum(tl.load(RANGE + 2 * row), 0)  # clipped to the cache: a bad range reads nothing outside it
-    end = tl.minimum(tl.load(RANGE + 2 * row + 1), length)
+    last = tl.load(RANGE + 2 * row + 1) - 1  # WRITE: the column the row's new K/V go to (its last key)
+    end = tl.minimum(last + 1, length)
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, end)
     offs_g = tl.arange(0, G_PAD)
@@ -138,9 +140,18 @@ def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
     rel = tl.arange(0, BLOCK)[:, None]
     k_ptrs = k_base + lo.to(tl.int64) * s_kn + (rel * s_kn + offs_d[None, :])
     v_ptrs = v_base + lo.to(tl.int64) * s_vn + (rel * s_vn + offs_d[None, :])
-    for n0 in range(lo, hi, BLOCK):
+    read_hi = hi
+    if WRITE:  # the new column is attended from registers below; the one program whose chunk holds it stores it
+        k_new = tl.load(K_NEW + row * s_nkb + kvh * s_nkh + offs_d, mask=dmask, other=0.0)
+        v_new = tl.load(V_NEW + row * s_nvb + kvh * s_nvh + offs_d, mask=dmask, other=0.0)
+        at = last + tl.zeros([D_PAD], tl.int32)  # as a vector: the interpreter takes no scalar mask
+        mine = dmask & (at >= lo) & (at < hi)
+        tl.store(k_base + last.to(tl.int64) * s_kn + offs_d, k_new, mask=mine)
+        tl.store(v_base + last.to(tl.int64) * s_vn + offs_d, v_new, mask=mine)
+        read_hi = tl.minimum(hi, last)  # the cache's columns before the new one
+    for n0 in range(lo, read_hi, BLOCK):
         offs_n = n0 + tl.arange(0, BLOCK)
-        nmask = offs_n < hi
+        nmask = offs_n < read_hi
         kv_mask = nmask[:, None] & dmask[None, :]
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
         if DOT_F32:
@@ -159,6 +170,17 @@ def _decode_attention_split(Q, K, V, RANGE, O_PART, LSE_PART,
             v = v.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m = m_new
+    if WRITE:  # one more key, the new column, in the same online softmax (its product and p rounded as tl.dot's)
+        at_g = last + tl.zeros([G_PAD], tl.int32)
+        has = (at_g >= lo) & (at_g < hi)
+        s1 = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], 1) * qk_scale
+        m1 = tl.where(has, tl.maximum(m, s1), m)
+        alpha = tl.where(has, tl.exp2(m - m1), 1.0)
+        p1 = tl.where(has, tl.exp2(s1 - m1), 0.0)
+        l_sum = l_sum * alpha + p1
+        p1 = p1.to(V.dtype.element_ty).to(tl.float32)
+        acc = acc * alpha[:, None] + p1[:, None] * v_new.to(tl.float32)[None, :]
+        m = m1
     seen = l_sum > 0.0  # False for a chunk past the row's end: no keys, weight 0 in the merge
     out = acc / tl.where(seen, l_sum, 1.0)[:, None]
     lse = tl.where(seen, m + tl.log2(tl.where(seen, l_sum, 1.0)), float("-inf"))
@@ -244,12 +266,19 @@ def key_ranges(valid: torch.Tensor) -> torch.Tensor:
 
 
 def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: torch.Tensor, scale: float,
-                  splits: int | None = None, tile: Tile = DEFAULT_TILE) -> torch.Tensor:
+                  splits: int | None = None, tile: Tile = DEFAULT_TILE,
+                  new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [b, nh, 1, D], k/v [b, nkv, L, D] (last dimension contiguous; nh a multiple of nkv), ranges [b, 2] int32
     (`key_ranges`) -> [b, 1, nh * D] of q's dtype, query head j reading KV head j // (nh / nkv) over its row's
     columns [start, end) with softmax scale `scale`: softmax(q k^T * scale) v, as decode_attention.attend.
     A range reaching outside [0, L) is clipped to it (never read past the cache); an empty one gives NaN, as a
     softmax over no keys does in the other forms.
+
+    `new_kv` (k_new, v_new), each [b, nkv, 1, D] of the cache's dtype: the decode step's new K/V, written into
+    k/v at each row's last key column end - 1 (FastSampler's decode step: the column at the row's length) inside
+    the same kernel, and attended as that column: the result and the cache after the call are those of writing
+    them first (`kc.scatter_`) and attending then, for one launch instead of three. A column end - 1 outside
+    [0, L) is neither written nor read.
 
     `splits` (default `default_splits`) cuts the key axis into that many chunks, each a program per (row, KV
     head), merged by log-sum-exp; `tile` is the split kernel's launch shape. CUDA tensors run the compiled
@@ -270,6 +299,14 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
                          f"{tuple(ranges.shape)} (need equal float dtypes and int32 [b, 2])")
     if q.stride(3) != 1 or k.stride(3) != 1 or v.stride(3) != 1:
         raise ValueError("decode_attend: q, k and v need a contiguous last (head) dimension")
+    if new_kv is not None:
+        kn, vn = (t if t.stride(3) == 1 else t.contiguous() for t in new_kv)
+        if kn.shape != (b, nkv, 1, d) or vn.shape != kn.shape or kn.dtype != k.dtype or vn.dtype != k.dtype:
+            raise ValueError(f"decode_attend: new_kv {tuple(kn.shape)} {kn.dtype} / {tuple(vn.shape)} {vn.dtype} "
+                             f"is not one new key and value per row and KV head of the cache ({(b, nkv, 1, d)}, "
+                             f"{k.dtype})")
+    else:
+        kn = vn = k  # not read (WRITE off)
     g = nh // nkv
     tile = tile_for(q.dtype, d, tile)
     splits = splits or default_splits(b, nkv, length, q.device, tile)
@@ -280,13 +317,14 @@ def decode_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranges: tor
     out = torch.empty(b, 1, nh * d, dtype=q.dtype, device=q.device)
     d_pad = _pow2(d, MIN_ROWS)
     _decode_attention_split[(b * nkv, splits)](
-        q, k, v, ranges, o_part, lse_part,
+        q, k, v, ranges, o_part, lse_part, kn, vn,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
+        kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
         nkv, chunk, length, scale * math.log2(math.e),
         G=g, G_PAD=_pow2(g, MIN_ROWS), D=d, D_PAD=d_pad, BLOCK=tile.block_n, PRECISION=precision(q.dtype),
         DOT_F32=q.dtype != torch.float32 and interpreted(),  # the interpreter's bf16/fp16 tl.dot is wrong (3.9)
-        num_warps=tile.num_warps, num_stages=tile.num_stages)
+        WRITE=new_kv is not None, num_warps=tile.num_warps, num_stages=tile.num_stages)
     _decode_attention_merge[(b * nh,)](
         o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0),
         lse_part.stride(1), out.stride(0), nh, SPLITS=splits, S_PAD=_pow2(splits), D=d, D_PAD=d_pad)
