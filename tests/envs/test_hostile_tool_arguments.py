@@ -1,0 +1,37 @@
+"""Tool arguments a model writes that pass the JSON parser but no handler takes: each is a refused call and the
+episode goes on, never an exception that ends it as env_error (unscorable, so the garbage went unpunished)."""
+
+import pytest
+
+from agentrl.envs import ToolCall, make_env
+from agentrl.tasks.words import wordle_task
+
+SRC = "/repo/stack_peak.py"
+
+
+def c(name, **args):
+    return ToolCall(name, args)
+
+
+@pytest.mark.parametrize(("env_name", "call"), [
+    ("python-session", c("run_python", code="x = '\ud800'")),
+    ("coding-tools", c("Bash", command="echo \udcff")),
+    ("coding-tools", c("Read", file_path=SRC + "\ud800")),
+    ("edit-menu", c("edit", op="fix_\ud800")),
+    ("wordle", c("guess", word="cran\ud800")),
+])
+def test_a_lone_surrogate_in_any_argument_is_a_malformed_call_naming_it(env_name, call, minmax_task, sandbox):
+    """JSON's `\\ud800` escape decodes to a lone surrogate: run_python's parser raised UnicodeEncodeError on it."""
+    env = make_env(env_name) if env_name == "wordle" else make_env(env_name, sandbox=sandbox)
+    env.reset(wordle_task("crane") if env_name == "wordle" else minmax_task)
+    (r,) = env.step([call]).results
+    (name,) = call.arguments
+    assert r.status == "malformed" and r.call.malformed.startswith(f"bad_arguments: {name}: not UTF-8 text")
+    assert not env.done and env.stats()["malformed_calls"] == 1
+
+
+def test_a_lone_surrogate_in_a_nested_key_is_named_by_its_path(minmax_task, sandbox):
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    (r,) = env.step([c("Read", file_path=SRC, **{"\udcff": 1})]).results
+    assert r.status == "malformed" and "not UTF-8 text" in r.content
