@@ -35,3 +35,25 @@ def test_a_lone_surrogate_in_a_nested_key_is_named_by_its_path(minmax_task, sand
     env.reset(minmax_task)
     (r,) = env.step([c("Read", file_path=SRC, **{"\udcff": 1})]).results
     assert r.status == "malformed" and "not UTF-8 text" in r.content
+
+
+def test_integral_floats_are_integers_to_the_handler(minmax_task, sandbox):
+    """JSON Schema counts 2.0 and 1e308 as integers: Read sliced with them and raised TypeError."""
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    as_ints, as_floats = env.step([c("Read", file_path=SRC, offset=2, limit=10**308),
+                                   c("Read", file_path=SRC, offset=2.0, limit=1e308)]).results
+    assert as_floats.status == as_ints.status == "ok" and as_floats.content == as_ints.content
+    assert as_ints.content.startswith("     2\t")
+    (r,) = env.step([c("Read", file_path=SRC, offset=1.5)]).results
+    assert r.status == "malformed"  # not integral: still refused by the schema
+
+
+def test_a_bash_timeout_beyond_float_range_runs_under_the_sandbox_limit(minmax_task, sandbox):
+    """A 400-digit `timeout` is a valid integer; dividing it into seconds raised OverflowError."""
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    assert env._bash_budget_s(10**400) == env._bash_budget_s(None) == sandbox.limits.timeout_s
+    assert env._bash_budget_s(1500) == 1.5
+    (r,) = env.step([c("Bash", command="pwd", timeout=10**400)]).results
+    assert r.status == "ok" and r.content == "/repo"

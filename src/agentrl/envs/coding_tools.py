@@ -280,8 +280,9 @@ class CodingToolsEnv(SourceGradedEnv):
     def _bash_budget_s(self, timeout_ms: int | None) -> float:
         """Seconds one Bash call may take in all: the sandbox's per-run wall-clock limit (SandboxLimits' default
         before a default sandbox exists, or for a sandbox that states none), lowered by `timeout`."""
-        limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or SandboxLimits.timeout_s
-        return float(limit) if timeout_ms is None else min(float(limit), timeout_ms / 1000.0)
+        limit = float(getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or SandboxLimits.timeout_s)
+        # Compared in milliseconds before dividing: a `timeout` of 400 digits is a valid integer that no float holds.
+        return limit if timeout_ms is None or timeout_ms >= limit * 1000 else timeout_ms / 1000.0
 
     def _take_back(self, written: dict[str, str], deleted: tuple[str, ...] = ()) -> None:
         """Merge what a sandboxed run did into the repository: the files it removed (`deleted`, RunResult.deleted)

@@ -324,7 +324,7 @@ class ToolEnv(Env):
             marked = replace(call, malformed=f"bad_arguments: {problem}")
             return ToolResult(marked, "malformed", f"Error: invalid arguments for {spec.name}: {problem}")
         try:
-            return ToolResult(call, "ok", spec.handler(**call.arguments))
+            return ToolResult(call, "ok", spec.handler(**handler_arguments(spec.parameters, call.arguments)))
         except ToolRejected as e:
             if e.stat:
                 self._bump(e.stat)
@@ -350,6 +350,15 @@ def schema_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where + ': ' if where else ''}{error.message}"
+
+
+def handler_arguments(parameters: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """Valid `arguments` as a handler takes them: an "integer" parameter's integral float (JSON `2.0`, `1e308`,
+    which JSON Schema counts as integers) becomes an int, so no handler slices or compares with a float
+    (Read's `limit: 1e308` raised TypeError, ending the episode as env_error)."""
+    props = parameters.get("properties", {})
+    return {k: int(v) if isinstance(v, float) and props.get(k, {}).get("type") == "integer" else v
+            for k, v in arguments.items()}
 
 
 class SourceGradedEnv(ToolEnv):
