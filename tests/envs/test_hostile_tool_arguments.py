@@ -57,3 +57,27 @@ def test_a_bash_timeout_beyond_float_range_runs_under_the_sandbox_limit(minmax_t
     assert env._bash_budget_s(1500) == 1.5
     (r,) = env.step([c("Bash", command="pwd", timeout=10**400)]).results
     assert r.status == "ok" and r.content == "/repo"
+
+
+DEEP_CODE = ("x = " + "-" * 100_000 + "1\n", "x = y" + ".a" * 100_000 + "\n")  # MemoryError, RecursionError in ast
+
+
+@pytest.mark.parametrize("code", DEEP_CODE, ids=("unary", "attributes"))
+def test_code_nested_too_deeply_to_parse_is_run_and_graded_not_an_env_error(code, minmax_task, sandbox):
+    """ast.parse raised MemoryError / RecursionError on these: run_python's import check ended the episode, and
+    grading a coding-tools file holding one made it unscorable (reward None) instead of 0."""
+    from agentrl.envs.session_grader import parse_quietly
+
+    with pytest.raises(SyntaxError, match="nested too deeply"):
+        parse_quietly(code)
+    env = make_env("python-session", sandbox=sandbox)
+    env.reset(minmax_task)
+    (r,) = env.step([c("run_python", code=code)]).results
+    assert r.status == "ok"  # the cell ran in the sandbox, whose compiler refused it
+    env.final_answer("done")
+    assert env.reward() == 0.0
+    env = make_env("coding-tools", sandbox=sandbox)
+    env.reset(minmax_task)
+    env.step([c("Read", file_path=SRC), c("Write", file_path=SRC, content=minmax_task.reference + code)])
+    env.final_answer("done")
+    assert env.reward() == 0.0
