@@ -80,18 +80,21 @@ def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_sho
 
     Raises:
         ValueError: not a JSON object, a required field missing or of the wrong type (task_id an integer;
-            prompt and code strings; test_list and test_imports lists of strings), or code or a test that is
-            not valid Python.
+            prompt and code strings; test_list and test_imports lists of strings), code or a test that is
+            not valid Python, or a task a task file may not hold (agentrl.tasks.jsonl.check_task: a blank
+            test, a lone surrogate in any text).
     """
+    from agentrl.tasks.jsonl import check_task
+
     check_record(rec)
     tid, tests = rec["task_id"], [t.strip() for t in rec["test_list"]]
     public, hidden, shown_meta = split_shown_tests(tests, show_tests, reward_includes_shown)
-    return Task(
+    return check_task(Task(
         id=f"mbpp-{tid}", family="mbpp", split=our_split(tid), files={}, entry=entry_name(rec["code"], tests),
         source_file="solution.py", public_tests=public, hidden_tests=hidden,
         reference=rec["code"], test_setup="\n".join(rec.get("test_imports") or []),
         meta={"task_id": tid, "mbpp_split": mbpp_split(tid), "prompt_text": rec["prompt"], **shown_meta},
-    )
+    ), f"MBPP record {tid}")
 
 
 def check_record(rec: Any) -> None:
