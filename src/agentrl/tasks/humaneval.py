@@ -52,9 +52,11 @@ def split_check(test_code: str, entry: str) -> tuple[str, tuple[str, ...]]:
     """(setup, tests) from HumanEval's test code: one test per statement of `check` asserting on the entry.
 
     Raises:
-        ValueError: the code has no `check` function.
+        ValueError: the code has no `check` function. SyntaxError: not Python, or nested too deeply to parse.
     """
-    tree = ast.parse(test_code)
+    from agentrl.tasks.mbpp import parse_source
+
+    tree = parse_source(test_code)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None:
         raise ValueError("HumanEval test code has no `def check(candidate)`")
