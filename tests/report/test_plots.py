@@ -82,3 +82,19 @@ def test_wilson_interval():
     lo, hi = plots.wilson(5, 10)
     assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
     assert plots.wilson(0, 10)[0] == 0.0 and plots.wilson(10, 10)[1] == 1.0
+
+
+def test_an_interval_that_leaves_out_its_mean_is_drawn_not_refused(tmp_path, figures):
+    """A percentile interval need not contain its point estimate (validate_results takes such a file):
+    matplotlib refused the negative bar ("'yerr' must not contain negative values"), so `agentrl report`
+    failed and a finished run lost every plot and its HTML page."""
+    res = build_synthetic(tmp_path / "r.json")
+    res.data["evaluations"][0]["pass_at_1"].update(mean=0.05, lo=0.1, hi=0.3)  # mean below its interval
+    res.data["evaluations"][-1]["pass_at_1"].update(mean=0.9, lo=0.5, hi=0.8)  # and above it
+    res.write()
+    data = validate_results(res.path)
+    assert "eval_curve.png" in {p.name for p in plots.plot_results(data, tmp_path / "plots")}
+    ax = figures["eval_curve.png"].axes[0]
+    bars = [c for c in ax.collections if type(c).__name__ == "LineCollection"][0].get_segments()
+    spans = {(round(float(b[0][1]), 6), round(float(b[1][1]), 6)) for b in bars}
+    assert {(0.05, 0.3), (0.5, 0.9)} <= spans  # [mean, hi] and [lo, mean]: each bar reaches its mean

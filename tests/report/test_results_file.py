@@ -90,6 +90,26 @@ def test_validation_names_the_problem(tmp_path, mutate, match):
         validate_results(tmp_path / "bad.json")
 
 
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d["noise"].update(eval=-1), "noise/eval: -1 is not of type 'object', 'null'"),
+    (lambda d: d["noise"].update(train="x"), "noise/train: 'x' is not of type"),
+    (lambda d: d["evaluations"][0]["per_family"]["f"].pop("trials"), "per_family/f: 'trials' is a required property"),
+])
+def test_report_of_a_section_its_readers_cannot_read_is_a_one_line_error(tmp_path, capsys, mutate, match):
+    """A noise curve report that is not an object (summary: TypeError "argument of type 'int' is not iterable")
+    or a per-family entry without its counts (the HTML report: KeyError 'trials') passed validation, and
+    `agentrl report --html` ended in a traceback; the schema now refuses both, naming the path."""
+    from agentrl.cli import main
+
+    build_synthetic(tmp_path / "results.json")
+    data = json.loads((tmp_path / "results.json").read_text())
+    mutate(data)
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert main(["report", "--html", "--no-plots", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
 def test_report_of_a_file_with_an_integer_beyond_float_range_is_a_one_line_error(tmp_path, capsys):
     """`agentrl report` raised OverflowError ('int too large to convert to float') or numpy's isfinite TypeError
     on a results file holding a 400-digit integer where a number goes; it is now a one-line error naming it."""

@@ -103,6 +103,15 @@ def test_wrongly_typed_stream_and_model_fields_are_a_400(served, extra, named):
     assert len(data) < 1000
 
 
+@pytest.mark.parametrize("role", [[], ["user"], {}, {"user": 1}])
+def test_a_role_that_is_a_list_or_an_object_is_a_400(served, role):
+    """`role in ROLES` raised TypeError (unhashable) for these: a 500 "sampling failed: TypeError"."""
+    body = {"messages": [{"role": "user", "content": "hi"}, {"role": role, "content": "x"}], "max_tokens": 2}
+    status, data = _post(served, json.dumps(body), "role")
+    assert status == 400, (status, data[:300])
+    assert json.loads(data)["error"]["message"].startswith("messages[1]: expected an object with role one of")
+
+
 _HI = [{"role": "user", "content": "hi"}]
 
 

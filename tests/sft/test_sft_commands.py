@@ -112,11 +112,12 @@ def test_sft_on_wordle_plays_real_games_from_the_training_split(tmp_path):
 
 def test_sft_refuses_nan_or_infinite_optimiser_and_lora_floats(tmp_path, capsys):
     """--lora-alpha nan (and --weight-decay nan, --lr inf, ...) trained to a NaN model and exited 0; each is a
-    one-line error naming the value, and no model is written."""
+    one-line error naming the value, before --out is made (the LoRA ones came after the data and an empty --out)."""
     data = tmp_path / "chat.jsonl"
     _chat_jsonl(data)
-    for flags, why in ((["--lora-r", "2", "--lora-alpha", "nan"], "alpha=nan"),
-                       (["--lora-r", "2", "--lora-alpha", "inf"], "alpha=inf"),
+    for flags, why in ((["--lora-r", "2", "--lora-alpha", "nan"], "--lora-alpha nan: expected a finite number > 0"),
+                       (["--lora-r", "2", "--lora-alpha", "inf"], "--lora-alpha inf: expected a finite number > 0"),
+                       (["--lora-r", "2", "--lora-dropout", "nan"], "--lora-dropout nan: expected a number in [0, 1)"),
                        (["--weight-decay", "nan"], "weight_decay must be a finite number, got nan"),
                        (["--weight-decay", "-1"], "weight_decay >= 0"),
                        (["--max-grad-norm", "inf"], "max_grad_norm must be a finite number, got inf"),
@@ -126,7 +127,7 @@ def test_sft_refuses_nan_or_infinite_optimiser_and_lora_floats(tmp_path, capsys)
                    "--out", str(out), "--device", "cpu", *flags])
         err = capsys.readouterr().err
         assert rc == 2 and why in err and err.count("\n") == 1, (flags, err)
-        assert not (out / "model.safetensors").exists(), flags
+        assert not out.exists(), flags
     with pytest.raises(ValueError, match=r"betas\[1\] must be a finite number"):
         SFTConfig(betas=(0.9, math.nan))
 

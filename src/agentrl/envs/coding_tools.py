@@ -32,7 +32,7 @@ from agentrl.envs.toolenv import (
     object_schema,
 )
 from agentrl.sandbox.api import LIMIT_STATS, SandboxLimits
-from agentrl.sandbox.process import file_path_problem
+from agentrl.sandbox.process import MAX_READ_BACK_BYTES, MAX_READ_BACK_FILES, file_path_problem
 from agentrl.tasks.task import Task
 
 SYSTEM_PROMPT = (
@@ -280,22 +280,34 @@ class CodingToolsEnv(SourceGradedEnv):
     def _bash_budget_s(self, timeout_ms: int | None) -> float:
         """Seconds one Bash call may take in all: the sandbox's per-run wall-clock limit (SandboxLimits' default
         before a default sandbox exists, or for a sandbox that states none), lowered by `timeout`."""
-        limit = getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or SandboxLimits.timeout_s
-        return float(limit) if timeout_ms is None else min(float(limit), timeout_ms / 1000.0)
+        limit = float(getattr(getattr(self._sandbox, "limits", None), "timeout_s", None) or SandboxLimits.timeout_s)
+        # Compared in milliseconds before dividing: a `timeout` of 400 digits is a valid integer that no float holds.
+        return limit if timeout_ms is None or timeout_ms >= limit * 1000 else timeout_ms / 1000.0
 
-    def _take_back(self, written: dict[str, str], deleted: tuple[str, ...] = ()) -> None:
+    def _take_back(self, written: dict[str, str], deleted: tuple[str, ...] = ()) -> int:
         """Merge what a sandboxed run did into the repository: the files it removed (`deleted`, RunResult.deleted)
         leave it, the text files it wrote or changed come in. A file under a folder that replaced a repository
-        file (or the reverse) stays out, so both are never handed to a later run, which the sandbox refuses."""
+        file (or the reverse) stays out, so both are never handed to a later run, which the sandbox refuses; so
+        does a file past the repository's size (what one run hands back: MAX_READ_BACK_FILES files and
+        MAX_READ_BACK_BYTES bytes), or each Bash call could add as much again. Returns the files kept out
+        for size."""
         for path in deleted:
             self.files.pop(path, None)
             self._read.discard(path)
+        size, over = sum(len(t.encode("utf-8")) for t in self.files.values()), 0
         for path, text in written.items():
             if path not in self.files and self._clash(path):
                 continue
-            if self.files.get(path) != text:
+            old = self.files.get(path)
+            if old != text:
+                grown = size + len(text.encode("utf-8")) - len((old or "").encode("utf-8"))
+                if (old is None and len(self.files) >= MAX_READ_BACK_FILES) or grown > MAX_READ_BACK_BYTES:
+                    over += 1
+                    continue
+                size = grown
                 self.files[path] = text
                 self._read.discard(path)  # changed behind the agent's back: read it again before editing
+        return over
 
     def _run_command(self, cmd: Any, cwd: str, timeout_ms: int | None) -> tuple[str, bool, str]:
         """Run one simple command; returns (output, succeeded, new cwd)."""
@@ -318,12 +330,14 @@ class CodingToolsEnv(SourceGradedEnv):
             result = self.sandbox.run(dict(self.files), cmd.sandbox_argv(), timeout_s=timeout_s, return_files=True)
         except ValueError as e:  # the sandbox refuses the argv (e.g. a script outside the work dir)
             raise BashError(str(e)) from None
-        self._take_back(returned_files(result.files), result.deleted)
+        over = self._take_back(returned_files(result.files), result.deleted)
         for hit in result.limits_hit:
             self._bump(hit.stat)
         if result.error and not result.timed_out:  # the sandbox could not run the command at all
             raise BashError(_format_run(result))
-        return _format_run(result), result.exit_code == 0 and not result.timed_out, cwd
+        notice = (f"\n[{over} files the command wrote were not kept: the repository holds at most "
+                  f"{MAX_READ_BACK_FILES} files and {MAX_READ_BACK_BYTES >> 20} MiB]") if over else ""
+        return _format_run(result) + notice, result.exit_code == 0 and not result.timed_out, cwd
 
     def _score(self) -> float:
         assert self.task is not None

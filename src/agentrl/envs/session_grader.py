@@ -180,8 +180,17 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
 
 
 def parse_quietly(source: str) -> ast.Module:
-    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code."""
+    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code.
+
+    Raises:
+        SyntaxError: `source` is not Python, or is nested too deeply for the parser (`x = ---...1` raised
+            MemoryError and `y.a.a...a` RecursionError from ast.parse: a 100 kB run_python cell or graded file
+            ended the episode as env_error, unscorable, where the compiler refuses it as a SyntaxError).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (MemoryError, RecursionError) as e:
+            raise SyntaxError(f"the code is nested too deeply to parse ({type(e).__name__})") from None

@@ -17,7 +17,7 @@ import jsonschema
 from agentrl.envs.base import Env, Observation, StepResult, ToolCall, ToolResult
 from agentrl.envs.grading import default_sandbox, grade, is_sandbox_failure, source_job
 from agentrl.envs.session_grader import hardened_job
-from agentrl.preflight import replace_lone_surrogates
+from agentrl.preflight import lone_surrogate_path, replace_lone_surrogates
 from agentrl.tasks.task import Task
 
 # Counters every tool environment reports, zero-filled at reset so that logs always carry them.
@@ -324,7 +324,7 @@ class ToolEnv(Env):
             marked = replace(call, malformed=f"bad_arguments: {problem}")
             return ToolResult(marked, "malformed", f"Error: invalid arguments for {spec.name}: {problem}")
         try:
-            return ToolResult(call, "ok", spec.handler(**call.arguments))
+            return ToolResult(call, "ok", spec.handler(**handler_arguments(spec.parameters, call.arguments)))
         except ToolRejected as e:
             if e.stat:
                 self._bump(e.stat)
@@ -334,9 +334,14 @@ class ToolEnv(Env):
 
 
 def schema_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
-    """Why `arguments` fails the JSON schema `parameters` (one line), or None if it is valid."""
+    """Why `arguments` fails the JSON schema `parameters` (one line), or None if it is valid. A string (key or
+    value) holding a lone surrogate (JSON's `\\ud800` escape) fails too, naming where: no handler's text, file
+    or sandboxed code takes one (run_python's parser raised UnicodeEncodeError, ending the episode)."""
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    where = lone_surrogate_path(arguments)
+    if where is not None:
+        return f"{where}: not UTF-8 text (a lone surrogate escape, \\ud800-\\udfff)"
     try:
         error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(parameters).iter_errors(arguments))
     except RecursionError:  # pathologically nested arguments: the model's fault, not a crash
@@ -345,6 +350,15 @@ def schema_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where + ': ' if where else ''}{error.message}"
+
+
+def handler_arguments(parameters: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """Valid `arguments` as a handler takes them: an "integer" parameter's integral float (JSON `2.0`, `1e308`,
+    which JSON Schema counts as integers) becomes an int, so no handler slices or compares with a float
+    (Read's `limit: 1e308` raised TypeError, ending the episode as env_error)."""
+    props = parameters.get("properties", {})
+    return {k: int(v) if isinstance(v, float) and props.get(k, {}).get("type") == "integer" else v
+            for k, v in arguments.items()}
 
 
 class SourceGradedEnv(ToolEnv):

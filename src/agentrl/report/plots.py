@@ -200,8 +200,10 @@ def plot_eval_curve(results: dict[str, Any], path: Path) -> Path | None:
     curve = len(evs) >= 3
     if any(has) and curve:
         ax.fill_between(x, lo, hi, alpha=0.2, color=AFTER_COLOR, label=_band_label(ivs[0].get("alpha")))
-    yerr = [[m - a if h else 0.0 for m, a, h in zip(mean, lo, has, strict=True)],
-            [b - m if h else 0.0 for m, b, h in zip(mean, hi, has, strict=True)]]
+    # A percentile interval need not contain its point estimate (validate_results allows it), and matplotlib
+    # refuses a negative bar length: "'yerr' must not contain negative values" lost every plot and the HTML page.
+    yerr = [[max(0.0, m - a) if h else 0.0 for m, a, h in zip(mean, lo, has, strict=True)],
+            [max(0.0, b - m) if h else 0.0 for m, b, h in zip(mean, hi, has, strict=True)]]
     label = "pass@1" if curve or not any(has) else f"pass@1, bars: {_band_label(ivs[0].get('alpha'))}"
     ax.errorbar(x, mean, yerr=yerr, marker="o", color=AFTER_COLOR, capsize=4, label=label,
                 linestyle="-" if curve else "--", linewidth=1.5 if curve else 1.0)

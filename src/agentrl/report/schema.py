@@ -180,7 +180,8 @@ _TASK = _d({"type": "object", "required": ["task_id", "successes", "trials"], "p
                         "fractional rewards)", "1"),
 }}, "one held-out task's counts", "object")
 
-_FAMILY = _d({"type": "object", "properties": {
+# Readers index these keys (the HTML report's per-family table): an entry without them was a KeyError traceback
+_FAMILY = _d({"type": "object", "required": ["tasks", "episodes", "trials", "successes"], "properties": {
     "tasks": _d({"type": "integer", "minimum": 0}, "tasks of the family", "count"),
     "episodes": _d({"type": "integer", "minimum": 0}, "episodes run on them", "count"),
     "trials": _d({"type": "integer", "minimum": 0}, "scorable episodes", "count"),
@@ -280,7 +281,10 @@ RESULTS_SCHEMA: dict[str, Any] = {
         "tool_schemas": _d({"type": "array", "items": {"type": "object"}},
                            "the tools shown to the model (chat-template JSON schema form)", "list"),
         "sandbox": _d({"type": "object"}, "the sandbox's backend and limits (agentrl.sandbox)", "object"),
-        "noise": _d({"type": "object"}, "noise analysis: step-to-step noise of the training reward vs the eval "
+        "noise": _d({"type": "object", "properties": {  # the summary reads each curve's report as an object
+            "train": _d({"type": ["object", "null"]}, "the training reward curve's noise report", "object"),
+            "eval": _d({"type": ["object", "null"]}, "the held-out eval curve's noise report", "object")}},
+                    "noise analysis: step-to-step noise of the training reward vs the eval "
                     "curve, slopes and t statistics (agentrl.eval.noise)", "object"),
         "tasks": _d({"type": "object"}, "task source, training-set size and held-out task ids", "object"),
         "stopped_early": _d({"type": "object", "required": ["reason", "steps_done", "steps_planned"], "properties": {

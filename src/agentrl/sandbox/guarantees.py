@@ -77,7 +77,8 @@ def notices(hits: tuple[LimitHit, ...] | list[LimitHit]) -> str:
 
 NOT_PROTECTED = (
     "kernel exploits and CPU side channels (bubblewrap shares the host kernel; no seccomp filter, no VM)",
-    "disk usage: RLIMIT_FSIZE caps each file, not the number of files a child writes in its time",
+    "disk usage: RLIMIT_FSIZE caps each file, not the number of files a child writes in its time (what comes back "
+    "to the caller is capped: MAX_READ_BACK_FILES files, MAX_READ_BACK_BYTES bytes)",
     "a plain (not isolated) test job reading the grader's in-process state: harness and repo code share one "
     "interpreter, so code that walks frames/gc or writes to the result fd directly can forge results (it must "
     "find the per-call marker in memory first; printed text alone cannot). TestJob(isolate=True), which the "

@@ -331,8 +331,14 @@ def make_workdir(parent: str, files: dict[str, str], uid: int | None) -> str:
 _CACHE_DIRS = ("__pycache__", ".pytest_cache")  # read_back returns none of their files
 
 
+MAX_READ_BACK_FILES = 2000  # files one read_back returns at most
+MAX_READ_BACK_BYTES = 32 << 20  # and bytes of their text: a run that wrote 20,000 files took a minute to take back,
+# and 1 MiB files (RLIMIT_FSIZE) at ~300 a second put gigabytes of one run's output into the trainer's memory
+
+
 def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
-              present: set[str] | None = None) -> dict[str, str]:
+              present: set[str] | None = None, max_files: int = MAX_READ_BACK_FILES,
+              max_total_bytes: int = MAX_READ_BACK_BYTES) -> dict[str, str]:
     """The work dir's UTF-8 text files after a run (path -> text), never following links.
 
     `present`, when given, receives the relative path of every entry that is not a folder the walk entered:
@@ -345,15 +351,19 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
     so a hostile child cannot make the (root) parent read a file outside the work dir; and files whose
     path `file_path_problem` refuses (a name of non-UTF-8 bytes, read as lone surrogates that no tokenizer
     or strict JSON writer takes; a control character; too long or too deep), which no later job could be
-    given back and no observation could show.
+    given back and no observation could show. At most `max_files` files and `max_total_bytes` bytes of text
+    come back, in walk order (folders top-down, names sorted); the others are skipped (still `present`).
     """
     out: dict[str, str] = {}
+    total = 0
 
     def unlisted(e: OSError) -> None:  # a folder that is gone (the work dir itself, say) holds nothing
         if present is not None and e.filename is not None and not isinstance(e, FileNotFoundError):
             present.add(os.path.relpath(e.filename, workdir) + "/")
 
     for dirpath, dirs, names in os.walk(workdir, onerror=unlisted, followlinks=False):
+        dirs.sort()  # a deterministic order, so the files kept under the caps do not depend on the file system
+        names.sort()
         cache = any(part in _CACHE_DIRS for part in os.path.relpath(dirpath, workdir).split(os.sep))
         if present is None:  # nothing to learn in the caches: skip them
             dirs[:] = [d for d in dirs if d not in _CACHE_DIRS]
@@ -368,9 +378,12 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
             rel = os.path.relpath(path, workdir)
             if present is not None:
                 present.add(rel)
-            text = None if cache or file_path_problem(rel) else _read_text(path, uid, max_file_bytes)
+            full = len(out) >= max_files or total >= max_total_bytes
+            text = None if full or cache or file_path_problem(rel) else \
+                _read_text(path, uid, min(max_file_bytes, max_total_bytes - total))
             if text is not None:
                 out[rel] = text
+                total += len(text.encode("utf-8"))
     return out
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -68,6 +69,15 @@ class SFTRunConfig:
     agent_isolation: str = "auto"
     agent_binary: str = ""
     agent_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        """Raises ValueError: with LoRA on (lora_r > 0), a lora_alpha or lora_dropout that agentrl.models.lora
+        refuses, naming the flag, before any expert plays or --out is made (`--lora-alpha inf` was refused after
+        both, leaving an empty --out)."""
+        if self.lora_r and not 0 < self.lora_alpha < math.inf:
+            raise ValueError(f"--lora-alpha {self.lora_alpha}: expected a finite number > 0")
+        if self.lora_r and not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"--lora-dropout {self.lora_dropout}: expected a number in [0, 1)")
 
 
 def run_summary(run: SFTRunConfig) -> dict[str, Any]:

@@ -52,9 +52,11 @@ def split_check(test_code: str, entry: str) -> tuple[str, tuple[str, ...]]:
     """(setup, tests) from HumanEval's test code: one test per statement of `check` asserting on the entry.
 
     Raises:
-        ValueError: the code has no `check` function.
+        ValueError: the code has no `check` function. SyntaxError: not Python, or nested too deeply to parse.
     """
-    tree = ast.parse(test_code)
+    from agentrl.tasks.mbpp import parse_source
+
+    tree = parse_source(test_code)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None:
         raise ValueError("HumanEval test code has no `def check(candidate)`")
@@ -79,19 +81,25 @@ def _is_metadata(node: ast.stmt) -> bool:
 
 def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_shown: bool = False) -> Task:
     """One HumanEval record (task_id, prompt, canonical_solution, test, entry_point) -> Task; the shown
-    test(s) are scored only with `reward_includes_shown` (agentrl.tasks.mbpp.split_shown_tests)."""
+    test(s) are scored only with `reward_includes_shown` (agentrl.tasks.mbpp.split_shown_tests).
+
+    Raises:
+        ValueError: a task a task file may not hold (agentrl.tasks.jsonl.check_task: no scored assert in
+            `check`, a lone surrogate in any text). KeyError, TypeError, SyntaxError: a malformed record.
+    """
+    from agentrl.tasks.jsonl import check_task
     from agentrl.tasks.mbpp import split_shown_tests
 
     entry = rec["entry_point"]
     setup, tests = split_check(rec["test"], entry)
     public, hidden, shown_meta = split_shown_tests(tests, show_tests, reward_includes_shown)
     prompt_text = f"Complete this Python function:\n\n```python\n{rec['prompt'].rstrip()}\n```"
-    return Task(
+    return check_task(Task(
         id=rec["task_id"].replace("/", "-").lower(), family="humaneval", split="test", files={}, entry=entry,
         source_file="solution.py", public_tests=public, hidden_tests=hidden,
         reference=rec["prompt"] + rec["canonical_solution"], test_setup=setup,
         meta={"task_id": rec["task_id"], "prompt_text": prompt_text, **shown_meta},
-    )
+    ), f"HumanEval record {str(rec['task_id'])[:80]!r}")
 
 
 def load_humaneval(path: str | os.PathLike | None = None, show_tests: int = 1,

@@ -168,6 +168,17 @@ def task_from_dict(data: object, where: str = "task") -> Task:
     )
 
 
+def check_task(task: Task, where: str = "task") -> Task:
+    """`task` when it passes a task file line's checks (TASK_SCHEMA and _meaning_problem), for tasks a loader
+    builds from other data (MBPP, HumanEval records), which otherwise kept what a task file refuses: a blank
+    test (it passes whatever the policy writes), no hidden test, a lone surrogate in the prompt.
+
+    Raises:
+        ValueError: names `where` and the field (task_from_dict).
+    """
+    return task_from_dict(task_to_dict(task), where)
+
+
 def save_tasks(tasks: Iterable[Task], path: str | os.PathLike) -> int:
     """Write `tasks` to `path` as JSONL (UTF-8, one task a line), atomically; returns the count written.
 

@@ -45,9 +45,9 @@ def entry_name(code: str, tests: list[str]) -> str:
     Raises:
         ValueError: no function defined in `code` is called by `tests`.
     """
-    defined = {n.name for n in ast.walk(_parse(code)) if isinstance(n, ast.FunctionDef)}
+    defined = {n.name for n in ast.walk(parse_source(code)) if isinstance(n, ast.FunctionDef)}
     for test in tests:
-        for n in ast.walk(_parse(test)):
+        for n in ast.walk(parse_source(test)):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined:
                 return n.func.id
     raise ValueError(f"no function defined by the reference is called by the tests {tests[:1]}")
@@ -80,18 +80,21 @@ def record_to_task(rec: dict[str, Any], show_tests: int = 1, reward_includes_sho
 
     Raises:
         ValueError: not a JSON object, a required field missing or of the wrong type (task_id an integer;
-            prompt and code strings; test_list and test_imports lists of strings), or code or a test that is
-            not valid Python.
+            prompt and code strings; test_list and test_imports lists of strings), code or a test that is
+            not valid Python, or a task a task file may not hold (agentrl.tasks.jsonl.check_task: a blank
+            test, a lone surrogate in any text).
     """
+    from agentrl.tasks.jsonl import check_task
+
     check_record(rec)
     tid, tests = rec["task_id"], [t.strip() for t in rec["test_list"]]
     public, hidden, shown_meta = split_shown_tests(tests, show_tests, reward_includes_shown)
-    return Task(
+    return check_task(Task(
         id=f"mbpp-{tid}", family="mbpp", split=our_split(tid), files={}, entry=entry_name(rec["code"], tests),
         source_file="solution.py", public_tests=public, hidden_tests=hidden,
         reference=rec["code"], test_setup="\n".join(rec.get("test_imports") or []),
         meta={"task_id": tid, "mbpp_split": mbpp_split(tid), "prompt_text": rec["prompt"], **shown_meta},
-    )
+    ), f"MBPP record {tid}")
 
 
 def check_record(rec: Any) -> None:
@@ -122,7 +125,7 @@ def check_record(rec: Any) -> None:
                              "expected a list of strings")
     for what, source in (("code", rec["code"]), *(("a test", t) for t in rec["test_list"])):
         try:
-            _parse(source)
+            parse_source(source)
         except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
             raise ValueError(f"MBPP record {name}: {what} is not valid Python ({e})") from None
 
@@ -188,9 +191,17 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
     return [t for t in tasks if split is None or t.split == split]
 
 
-def _parse(source: str) -> ast.Module:
-    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code."""
+def parse_source(source: str) -> ast.Module:
+    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code.
+
+    Raises:
+        SyntaxError: not Python, or nested too deeply for the parser (ast.parse's MemoryError on `x = ---...1`
+            and RecursionError on `y.a.a...a` ended `env check mbpp --data` with a traceback).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (MemoryError, RecursionError) as e:
+            raise SyntaxError(f"the code is nested too deeply to parse ({type(e).__name__})") from None

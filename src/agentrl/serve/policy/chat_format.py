@@ -140,7 +140,8 @@ def convert_messages(messages: Any) -> list[dict[str, Any]]:
     out = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
+        # a role that is a list or an object is not hashable: `in ROLES` raised TypeError, a 500 "sampling failed"
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             raise RequestError(400, f"{where}: expected an object with role one of {sorted(ROLES)}")
         msg: dict[str, Any] = {"role": ROLES[m["role"]], "content": _text(m.get("content"), where)}
         if m["role"] == "assistant" and m.get("tool_calls"):
