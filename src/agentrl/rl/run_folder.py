@@ -94,7 +94,11 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def resume_hint(cfg: RLConfig, out: Path) -> str:
     """How to continue an interrupted or failed run: the command (every non-default setting, then --resume)
-    when a checkpoint exists, else why it cannot be resumed."""
+    when a checkpoint exists, else why it cannot be resumed. A run with no training steps (`agentrl eval`, or
+    train --steps 0) has no checkpoints to resume from: it says to run the command again (an interrupted eval
+    used to be told to pass --checkpoint-every, a flag eval does not take)."""
+    if cfg.run.steps == 0:
+        return "an evaluation is not resumed: run the same command again to evaluate from the start"
     ckpt = latest_checkpoint(out / "checkpoints")
     if ckpt is None:
         return ("no checkpoint was saved, so this run cannot be resumed"
