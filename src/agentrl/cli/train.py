@@ -25,8 +25,8 @@ def register(subparsers: Any) -> None:
         usage="%(prog)s [--preset NAME] [--config FILE.yaml] [--model MODEL] [--env ENV] [--out DIR] [options]",
         description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume, as flags or --config "
         "keys): --preset demo "
-        "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 3 minutes on 2 CPU "
-        "cores; `--print-config` prints it). Other flags without --preset start from the plain defaults shown below; "
+        "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 1.5 minutes on 2 CPU "
+        "cores, --preset quick about 1; `--print-config` prints it). Other flags without --preset start from the plain defaults shown below; "
         "`--preset demo --help` shows the preset's.",
     )
     add_rlconfig_flags(p)
