@@ -113,6 +113,7 @@ def start_line(cfg: Any) -> str | None:
 def train_single(cfg: Any) -> int:
     """One process: agentrl.rl.trainer.train, then the before/after pass@1 and their paired difference."""
     from agentrl.eval.bootstrap import format_interval
+    from agentrl.report.readable import verdict
     from agentrl.report.results import validate_results
     from agentrl.rl.trainer import train
 
@@ -122,6 +123,8 @@ def train_single(cfg: Any) -> int:
         if ev["label"] in ("before", "after"):
             print(f"pass@1 {ev['label']}: {format_interval(ev['pass_at_1'])}")
     for p in data["paired"]:
-        print(f"paired {p['after']} - {p['before']}: {format_interval(p['diff'], signed=True)}")
+        v = verdict(p["diff"])
+        print(f"paired {p['after']} - {p['before']}: {format_interval(p['diff'], signed=True)}"
+              + ("" if v.css == "na" else f"  ({v.text})"))
     print(f"results: {path}")
     return 0

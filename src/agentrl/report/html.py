@@ -120,6 +120,9 @@ def _summary(data: dict[str, Any]) -> str:
     body = "".join(f'<div class="card">{_esc(k)}<b>{v if str(v).startswith("<span") else _esc(v)}</b></div>'
                    for k, v in cards)
     err = f'<p class="down">error: {_esc(data["error"])}</p>' if data.get("error") else ""
+    if data.get("status") == "running":  # `agentrl report --html` on a run still going
+        err += (f'<p>The run is still going: this page shows its results file as of {_esc(data.get("updated", "?"))} '
+                '(rewritten after every step); the run writes its own report.html when it ends.</p>')
     if trained and not any(trained):
         err += ('<p class="down">the policy never changed: every advantage was 0 in every step (each group\'s '
                 'episodes scored alike); the transcripts show why</p>')
