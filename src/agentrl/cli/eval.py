@@ -142,22 +142,24 @@ def main(args: argparse.Namespace) -> int:
     from agentrl.cli.flags import config_from_args
     from agentrl.scale.context import launched_by_torchrun
 
-    if line := reused_settings_line(args):
+    # --print-config's stdout is the YAML alone (`> f.yaml` then `--config f.yaml`): the "reusing the run's
+    # settings" line printed before it made the file invalid YAML, so the notes are printed only for a run
+    if (line := reused_settings_line(args)) and not args.print_config:
         print(line, flush=True)
     try:
         cfg = config_from_args(args).replace_flat(steps=0)
     except ValueError as e:
         raise ValueError(recorded_setting_error(str(e), args)) from None
-    from agentrl.cli.train import ignored_settings_lines
-
-    for line in ignored_settings_lines(cfg, "eval"):
-        print(line, flush=True)
     if args.print_config:
         from agentrl.cli.config_file import dump_config
         from agentrl.rl.config import TRAIN_ONLY
 
         print(dump_config(cfg, exclude=TRAIN_ONLY), end="")
         return 0
+    from agentrl.cli.train import ignored_settings_lines
+
+    for line in ignored_settings_lines(cfg, "eval"):
+        print(line, flush=True)
     if args.env_url:
         from agentrl.serve.env.eval import eval_served
 
