@@ -209,3 +209,22 @@ def test_eval_print_config_on_a_run_is_yaml_that_config_reads_back(tmp_path, cap
     (tmp_path / "f.yaml").write_text(text)
     assert main(["eval", "--config", str(tmp_path / "f.yaml"), "--print-config"]) == 0
     assert capsys.readouterr().out == text
+
+
+def test_eval_without_a_trained_model_says_it_measures_random_weights(tmp_path, capsys, monkeypatch):
+    """`agentrl eval` with --model forgotten evaluated tiny-qwen3 (random weights) for minutes without a word; it
+    now says so and how to evaluate a trained run. A trained model gets no such line."""
+    import agentrl.rl.trainer as trainer
+    from agentrl.cli.main import main
+
+    monkeypatch.setattr(trainer, "evaluate_only", lambda cfg: (_ for _ in ()).throw(SystemExit(0)))
+    for argv, expected in ((["eval"], True), (["eval", "--model", "demo-qwen3"], True),
+                           (["eval", "--model", str(tmp_path)], False)):
+        with pytest.raises(SystemExit):
+            main([*argv, "--out", str(tmp_path / "ev")])
+        out = capsys.readouterr().out
+        assert ("is a preset with random weights" in out and "--model runs/default" in out) is expected, (argv, out)
+    from agentrl.cli.eval import random_model_line
+    from agentrl.rl.config import RLConfig
+
+    assert random_model_line(RLConfig.from_flat(), ["runs/a", "runs/b"]) is None  # --env-url --models: not --model

@@ -133,6 +133,18 @@ def recorded_setting_error(message: str, args: argparse.Namespace) -> str:
             f"--{name.replace('_', '-')})")
 
 
+def random_model_line(cfg: Any, models: list[str] | None = None) -> str | None:
+    """For a model preset (random weights: `agentrl eval` with no --model evaluates tiny-qwen3): one line saying
+    what that measures and how to evaluate a trained model; None for any other model. `models`: the served
+    evaluation's --models, which replace --model (and its tiny-qwen3 default)."""
+    from agentrl.models.presets import MODEL_PRESETS
+
+    if models or cfg.policy.model not in MODEL_PRESETS:
+        return None
+    return (f"eval: --model {cfg.policy.model} is a preset with random weights (it writes no tool calls, so expect "
+            f"pass@1 0); to evaluate a trained model pass its run folder, e.g. --model runs/default")
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl eval` (module docstring).
 
@@ -159,6 +171,8 @@ def main(args: argparse.Namespace) -> int:
     from agentrl.cli.train import ignored_settings_lines
 
     for line in ignored_settings_lines(cfg, "eval"):
+        print(line, flush=True)
+    if line := random_model_line(cfg, args.models):
         print(line, flush=True)
     if args.env_url:
         from agentrl.serve.env.eval import eval_served
