@@ -18,6 +18,9 @@ def test_an_interrupted_run_names_the_report_command(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert any("run interrupted" in m for m in lines)
     assert any(m.endswith(f"agentrl report --html {tmp_path}") for m in lines), lines
+    # Ctrl-C's exception has no message: no dangling ": " before the results path
+    assert f"run interrupted: KeyboardInterrupt (results: {tmp_path / 'results.json'})" in lines, lines
+    assert res.data["error"] == "KeyboardInterrupt"
 
 
 def test_no_report_hint_without_a_results_file(tmp_path, caplog):

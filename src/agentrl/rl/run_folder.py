@@ -159,10 +159,11 @@ def record_failure(results: RunResults | None, cfg: RLConfig, out: Path, error: 
     """The run ended by `error`: the results file (if one was opened) marked "interrupted" (Ctrl-C, SIGTERM)
     or "failed", keeping every completed step; the log says why and how to resume."""
     status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+    # Ctrl-C's KeyboardInterrupt has no message: "KeyboardInterrupt:  (results: ...)" read as if one were missing
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     if results is not None:
-        results.finish(status, wall_clock_s=wall_clock_s, error=f"{type(error).__name__}: {error}")
-    log.error("run %s: %s: %s (results: %s)", status, type(error).__name__, error,
-              results.path if results is not None else "none written")
+        results.finish(status, wall_clock_s=wall_clock_s, error=what)
+    log.error("run %s: %s (results: %s)", status, what, results.path if results is not None else "none written")
     hint = memory_hint(cfg, error)
     if hint:
         log.error("%s", hint)
