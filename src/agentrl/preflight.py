@@ -23,6 +23,18 @@ from pathlib import Path
 from typing import Any
 
 
+def did_you_mean(value: str, options: Any) -> str:
+    """" (did you mean 'x'?)" for the option of `options` closest to the mistyped `value`, or "" when none is close.
+    Case and `_` / `-` are ignored first (`edit_menu`, `Quick`), then difflib's ratio (`trian`, `minmx`)."""
+    import difflib
+
+    opts = [str(o) for o in options if str(o)]
+    norm = {o.lower().replace("_", "-"): o for o in opts}
+    key = str(value).lower().replace("_", "-")
+    close = [norm[key]] if key in norm else [norm[m] for m in difflib.get_close_matches(key, list(norm), n=1, cutoff=0.6)]
+    return f" (did you mean {close[0]!r}?)" if close and close[0] != value else ""
+
+
 def _existing_file_ancestor(path: Path) -> Path | None:
     """The first ancestor of `path` that exists and is not a directory (so `path` cannot be created)."""
     for parent in path.parents:

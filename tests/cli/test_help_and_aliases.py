@@ -230,3 +230,34 @@ def test_every_config_field_is_named_in_exactly_one_help_section():
 
     named = [f for _, fields in GROUPS for f in fields]
     assert sorted(named) == sorted(set(named)) and set(named) == set(FLAT)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["trian"], "invalid choice: 'trian' (choose from 'tasks', "),  # a command
+    (["train", "--preset", "Quick"], "(choose from '', 'demo', 'quick') (did you mean 'quick'?)"),
+    (["train", "--sampler", "fats"], "(did you mean 'fast'?)"),
+    (["env", "check", "mbp"], "(did you mean 'mbpp'?)"),
+    (["smoke", "--env", "edit_menu"], "unknown environment 'edit_menu' (did you mean 'edit-menu'?); expected one of"),
+    (["tasks", "list", "--families", "minmx"], "unknown task families ['minmx'] (did you mean 'minmax'?); known:"),
+])
+def test_a_mistyped_value_gets_the_closest_choice(argv, expected, capsys):
+    """`agentrl trian`, `--preset Quick`, `--env edit_menu` (flags take dashes or underscores, values did not say so)
+    listed the choices and left the reader to spot the one they meant; flags already had "did you mean"."""
+    try:
+        assert main(argv) == 2
+    except SystemExit as e:
+        assert e.code == 2
+    err = capsys.readouterr().err
+    assert expected in err, err
+    if argv == ["trian"]:
+        assert err.rstrip().endswith("(did you mean 'train'?)"), err
+
+
+def test_train_env_typo_is_named_with_the_closest_environment(tmp_path):
+    from agentrl.rl.run_setup import plan_run
+
+    with pytest.raises(ValueError, match=r"--env 'edit_menu' is not an environment \(did you mean 'edit-menu'\?\)"):
+        plan_run(RLConfig.from_flat(env="edit_menu", out=str(tmp_path / "o")))
+    from agentrl.preflight import did_you_mean
+
+    assert did_you_mean("xyzzy", ["demo", "quick"]) == "" and did_you_mean("demo", ["demo"]) == ""

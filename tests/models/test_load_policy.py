@@ -143,3 +143,29 @@ def test_tf32_flag_allows_tf32_matmuls_and_is_recorded():
         assert cfg.policy.tf32 and cfg.to_flat()["tf32"] is True  # in the results file's config
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_a_mistyped_run_folder_is_named_with_the_close_folder_not_an_hf_connection_error(tmp_path, monkeypatch):
+    """`--model runs/defualt` (runs/default exists) and `--model nonexist` reached transformers, whose error
+    blamed the tokenizer and the internet connection ("We couldn't connect to 'https://huggingface.co'")."""
+    from agentrl.cli import main
+
+    (tmp_path / "runs" / "default").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match=r"model 'runs/defualt' not found \(did you mean runs/default\?\)") as e:
+        load_policy("runs/defualt")
+    assert "tokenizer" not in str(e.value) and "huggingface.co" not in str(e.value)
+    assert "a run folder (runs/x)" in str(e.value) and "tiny-qwen3" in str(e.value)
+    with pytest.raises(FileNotFoundError, match=r"model path '\./runs/defualt' does not exist \(did you mean"):
+        load_policy("./runs/defualt")
+    for command in (["eval", "--model", "nonexist"], ["smoke", "--model", "nonexist"],
+                    ["sft", "--model", "nonexist", "--env", "edit-menu"], ["train", "--model", "nonexist"]):
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            out = [] if command[0] == "smoke" else ["--out", str(tmp_path / "o")]
+            assert main([*command, "--device", "cpu", *out]) == 2, command
+        assert "model 'nonexist' not found" in err.getvalue() and "huggingface.co" not in err.getvalue(), command

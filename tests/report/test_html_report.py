@@ -153,3 +153,17 @@ def test_warm_start_section_only_when_the_run_had_one(tmp_path):
     assert plot_warm_start(data, tmp_path / "ws.png") == tmp_path / "ws.png"
     del data["warm_start"]["steps"]  # older files: the losses list alone still draws the curve
     assert plot_warm_start(data, tmp_path / "ws2.png") == tmp_path / "ws2.png"
+
+
+def test_noise_table_says_what_its_columns_mean(tmp_path):
+    """The report's noise table had only the headers "step noise, rise, rise stderr, t, n": a newcomer could not
+    tell a trend from noise by them."""
+    res = build_synthetic(tmp_path / "results.json")
+    res.set("noise", {"train": {"n": 20, "step_noise": 0.118, "rise": 0.553, "rise_stderr": 0.101, "t": 5.47}})
+    page = render_html(res.data, plots=[])
+    note = page[page.index("<h3>Noise analysis</h3>"):].split("</p>")[0]
+    for words in ("step noise: the noise of one point", "rise: the change of the least-squares line",
+                  "t = rise / rise stderr", "n: points in the series"):
+        assert words in note, words
+    res.set("noise", {})
+    assert "step noise: the noise of one point" not in render_html(res.data, plots=[])

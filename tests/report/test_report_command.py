@@ -85,7 +85,7 @@ def test_report_on_constant_reward_run_prints_na_for_missing_statistics(tmp_path
     assert data["noise"]["train"]["rise_stderr"] is None  # the case that crashed the formatter
     rows = dict(summary_rows(data))
     assert "n/a" in rows["noise train"] and rows["last entropy"] == "n/a" and rows["last clip_frac"] == "n/a"
-    assert rows["last frac_zero_std"] == "1" and rows["wall clock"] == "n/a s"
+    assert rows["last frac_zero_std"] == "1" and rows["wall clock"] == "n/a"
     # every task at rate 0: no interval, and the table says why instead of printing [0.000, 0.000]
     same = "n/a: every task has the same rate (0): resampling tasks cannot vary the mean"
     assert rows["pass@1 before (step 0)"] == f"0.000 [{same}]  counts 0 0 0 0"
@@ -148,3 +148,37 @@ def test_config_strings_must_be_utf8_text(tmp_path, capsys):
     assert main(["train", "--config", str(tmp_path / "c.yaml"), "--print-config"]) == 2
     assert "RLConfig.out: expected a string of UTF-8 text" in capsys.readouterr().err
     assert RLConfig.from_flat(out="runs/é").run.out == "runs/é"  # non-ASCII text is fine
+
+
+def test_report_on_a_run_still_going_says_so_and_a_finished_one_gives_the_verdict(tmp_path, capsys):
+    """`agentrl report runs/x` while the run was going printed "status running" and "wall clock n/a s" with no word
+    on what the figures are; the paired row gave the interval without the HTML report's verdict words."""
+    from agentrl.report.html import render_html
+
+    res = RunResults(tmp_path / "results.json", {"model": "m"}, seed=0)  # a run that has just started
+    data = validate_results(res.path)
+    rows = dict(summary_rows(data))
+    assert rows["wall clock"] == "n/a (still running)"
+    assert rows["note"].startswith("the run is still going: this is its results file as of ")
+    assert "The run is still going: this page shows its results file as of" in render_html(data, plots=[])
+    assert main(["report", str(tmp_path), "--no-plots"]) == 0
+    assert "still going" in capsys.readouterr().out
+    build_synthetic(tmp_path / "done.json")
+    done = validate_results(tmp_path / "done.json")
+    rows = dict(summary_rows(done))
+    assert "note" not in rows and "still running" not in rows["wall clock"]
+    assert "still going" not in render_html(done, plots=[])
+    assert rows["paired after - before"].endswith("  (learned: interval above 0)"), rows["paired after - before"]
+
+
+def test_train_ends_with_the_verdict_of_its_paired_interval(tmp_path, monkeypatch, capsys):
+    """The last lines of `agentrl train` gave `paired after - before: +0.448 [+0.292, +0.604]` and left the reader
+    to know that an interval above 0 is what learning looks like; they now say it as the HTML report does."""
+    import agentrl.rl.trainer as trainer
+    from agentrl.cli.train import train_single
+
+    build_synthetic(tmp_path / "results.json")
+    monkeypatch.setattr(trainer, "train", lambda cfg: tmp_path / "results.json")
+    assert train_single(RLConfig.from_flat()) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("paired after - before: "))
+    assert line.endswith("  (learned: interval above 0)"), line

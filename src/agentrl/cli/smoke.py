@@ -20,6 +20,9 @@ SMOKE_HELP: dict[str, str] = {
     "max_new_tokens": "Maximum sampled tokens per assistant turn.", "gen_batch": "Episodes per generate call.",
     "max_context_tokens": "Prompt + completion token budget per episode.", "show": "Transcripts to print.",
     "seed": "Seed of the tasks, function names and sampling.",
+    "families": "Comma-separated bug-fix families of the held-out tasks (empty = all 19, round robin); see "
+                "`agentrl tasks list`.",
+    "temperature": "Sampling temperature (1.0 = the policy's own distribution).",
 }
 
 
@@ -34,8 +37,9 @@ def register(subparsers: Any) -> None:
     add_policy_flags(p.add_argument_group("model"), d.policy)
     episodes = p.add_argument_group("episodes")
     episodes.add_argument("--env", default=d.env, help=f"Environment: {' | '.join(env_names())} (docs/envs.md).")
-    for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "show", "seed"):
-        kind = int if name == "seed" else non_negative_int if name == "show" else positive_int
+    for name in ("episodes", "max_turns", "max_new_tokens", "gen_batch", "max_context_tokens", "families",
+                 "temperature", "show", "seed"):
+        kind = {"seed": int, "show": non_negative_int, "families": str, "temperature": float}.get(name, positive_int)
         episodes.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=SMOKE_HELP[name])
     add_parser_config_flags(p)
     from_file = p.defaults_from_argv
@@ -49,19 +53,24 @@ def register(subparsers: Any) -> None:
 
 
 # a run's settings that `agentrl smoke --model RUN` plays its episodes with unless given (smoke plays generated
-# bug-fix tasks, so only a bug-fix run's): it had run coding-tools on an edit-menu run's model
-SMOKE_REUSED = ("env", "max_turns", "max_new_tokens", "max_context_tokens")
+# bug-fix tasks, so only a bug-fix run's): it had run coding-tools on an edit-menu run's model, and then the
+# demo's model (trained on minmax, compare, zero at temperature 0.7) on all 19 families at temperature 1.0
+# (mean reward 0.125 where `agentrl eval` measured pass@1 0.6)
+SMOKE_REUSED = ("env", "max_turns", "max_new_tokens", "max_context_tokens", "families", "temperature")
 
 
 def recorded_smoke_defaults(argv: list[str]) -> dict[str, Any]:
     """SMOKE_REUSED from the run record of `--model` (a run folder, checkpoint or model folder with an
-    agentrl_run.json) when that run trained on bug-fix tasks; else {}."""
+    agentrl_run.json) when that run trained on bug-fix tasks; else {}. `families` is the run's held-out
+    families (its eval_families, else its families)."""
     from agentrl.cli.eval import recorded_defaults
 
     found = recorded_defaults(argv)
     if found.get("tasks") != "bugfix":
         return {}
-    return {k: found[k] for k in SMOKE_REUSED if k in found}
+    if found.get("eval_families"):
+        found = {**found, "families": found["eval_families"]}
+    return {k: found[k] for k in SMOKE_REUSED if k in found and found[k] not in (None, "")}
 
 
 def main(args: argparse.Namespace) -> int:

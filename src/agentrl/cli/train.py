@@ -25,8 +25,8 @@ def register(subparsers: Any) -> None:
         usage="%(prog)s [--preset NAME] [--config FILE.yaml] [--model MODEL] [--env ENV] [--out DIR] [options]",
         description="Train a policy with GRPO. With no flags (or only --seed, --out, --resume, as flags or --config "
         "keys): --preset demo "
-        "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 3 minutes on 2 CPU "
-        "cores; `--print-config` prints it). Other flags without --preset start from the plain defaults shown below; "
+        "(demo-qwen3 warm-started by SFT on scripted experts, then GRPO in edit-menu; about 1.5 minutes on 2 CPU "
+        "cores, --preset quick about 1; `--print-config` prints it). Other flags without --preset start from the plain defaults shown below; "
         "`--preset demo --help` shows the preset's.",
     )
     add_rlconfig_flags(p)
@@ -113,6 +113,7 @@ def start_line(cfg: Any) -> str | None:
 def train_single(cfg: Any) -> int:
     """One process: agentrl.rl.trainer.train, then the before/after pass@1 and their paired difference."""
     from agentrl.eval.bootstrap import format_interval
+    from agentrl.report.readable import verdict
     from agentrl.report.results import validate_results
     from agentrl.rl.trainer import train
 
@@ -122,6 +123,8 @@ def train_single(cfg: Any) -> int:
         if ev["label"] in ("before", "after"):
             print(f"pass@1 {ev['label']}: {format_interval(ev['pass_at_1'])}")
     for p in data["paired"]:
-        print(f"paired {p['after']} - {p['before']}: {format_interval(p['diff'], signed=True)}")
+        v = verdict(p["diff"])
+        print(f"paired {p['after']} - {p['before']}: {format_interval(p['diff'], signed=True)}"
+              + ("" if v.css == "na" else f"  ({v.text})"))
     print(f"results: {path}")
     return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.envs.base import Env, ToolCall
+from agentrl.preflight import did_you_mean
 from agentrl.tasks.task import Task
 
 # The end reasons only the driver can know (agentrl.rollout.driver); every environment may end so.
@@ -192,7 +193,7 @@ def get_spec(name: str) -> EnvSpec:
     """
     specs = env_specs()
     if name not in specs:
-        raise ValueError(f"unknown environment {name!r}; expected one of {', '.join(specs)}")
+        raise ValueError(f"unknown environment {name!r}{did_you_mean(name, specs)}; expected one of {', '.join(specs)}")
     return specs[name]
 
 

@@ -173,10 +173,71 @@ def preset_trimmed_tokenizer(vocab: str):
         return load_tokenizer(trimmed_tokenizer_files(source, spec["tokens"], tmp))
 
 
-def model_path_missing(name_or_path: str | os.PathLike) -> bool:
-    """True for a model name written as a path (starting with `.`, `/` or `~`) that does not exist; other names
-    (presets, converted models, HF ids) are left to load_policy's resolution."""
-    return str(name_or_path).startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists()
+def in_hf_cache(repo_id: str) -> bool:
+    """Whether the local HF hub cache holds `repo_id`'s config.json (an id that is not a valid repo id: False)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # HFValidationError: "runs/x/y", "a b", ... are not repo ids
+        return False
+
+
+def _close_folders(p: Path) -> list[str]:
+    """Folders beside the missing path `p` whose names are close to its name ("runs/defualt" -> runs/default)."""
+    import difflib
+
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        names = [c.name for c in parent.iterdir() if c.is_dir()]
+    except OSError:
+        return []
+    return [str(parent / n) for n in difflib.get_close_matches(p.name, names, n=3, cutoff=0.6)]
+
+
+def model_not_found(name_or_path: str | os.PathLike, allow_download: bool = False) -> str | None:
+    """model_not_found_reason followed by what a model can be (model_kinds), or None when it is found."""
+    reason = model_not_found_reason(name_or_path, allow_download)
+    return f"{reason}. {model_kinds()}" if reason else None
+
+
+def model_not_found_reason(name_or_path: str | os.PathLike, allow_download: bool = False) -> str | None:
+    """Why the model `name_or_path` cannot be found, before the tokenizer or transformers try it, or None.
+
+    A path that does not exist, and (local files only) a name that is neither a folder here nor a repo id in
+    the local HF cache, used to reach transformers, whose error blamed the tokenizer and the internet
+    connection ("runs/defualt" for runs/default). The reason names close folder names. Presets and fetched
+    model names are found here (load_policy resolves them)."""
+    name = str(name_or_path)
+    p = Path(name).expanduser()
+    if p.exists() or name in known_model_names():
+        return None
+    path_like = name.startswith((".", "/", "~"))
+    if not path_like and (allow_download or in_hf_cache(name)):
+        return None
+    close = _close_folders(p)
+    guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+    what = (f"model path {name!r} does not exist{guess}" if path_like else
+            f"model {name!r} not found{guess}: no such folder (from {os.getcwd()}) and not in the local HF cache "
+            f"(local files only; pass --allow-download to fetch an HF hub id)")
+    return what
+
+
+def known_model_names() -> tuple[str, ...]:
+    """The model names agentrl resolves itself: the presets and the fetchable pretrained models."""
+    from agentrl.models.presets import MODEL_PRESETS
+    from agentrl.models.pretrained import PRETRAINED
+
+    return (*MODEL_PRESETS, *PRETRAINED)
+
+
+def model_kinds() -> str:
+    """One sentence naming what `--model` takes."""
+    from agentrl.models.presets import MODEL_PRESETS
+    from agentrl.models.pretrained import PRETRAINED
+
+    return (f"A model is a run folder (runs/x), a checkpoint (runs/x/checkpoints/step_N), a model folder, a preset "
+            f"({', '.join(MODEL_PRESETS)}), a fetched model ({', '.join(PRETRAINED)}) or an HF-cache repo id")
 
 
 def check_not_a_file(name_or_path: str | os.PathLike) -> None:
@@ -241,6 +302,8 @@ def load_policy(
     if str(name_or_path) in PRETRAINED:
         name_or_path = resolve_pretrained(str(name_or_path))
     check_not_a_file(name_or_path)
+    if missing := model_not_found(name_or_path, allow_download):
+        raise FileNotFoundError(missing)
     if is_adapter_dir(resolve_model_dir(name_or_path)):
         return _load_adapter_policy(Path(resolve_model_dir(name_or_path)), dtype, device, allow_download,
                                     tokenizer_path=tokenizer_path, chat_template=chat_template)
@@ -258,9 +321,6 @@ def load_policy(
             config = tiny_qwen3_config(**overrides)
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     else:
-        p = Path(name_or_path).expanduser()
-        if model_path_missing(name_or_path):
-            raise FileNotFoundError(f"model path {str(p)!r} does not exist")
         name_or_path = resolve_model_dir(name_or_path)  # a checkpoint dir -> its model/ subfolder
         p = Path(name_or_path).expanduser()
         if p.is_dir() and not (p / "config.json").is_file() and (p / "results.json").is_file():

@@ -120,6 +120,9 @@ def _summary(data: dict[str, Any]) -> str:
     body = "".join(f'<div class="card">{_esc(k)}<b>{v if str(v).startswith("<span") else _esc(v)}</b></div>'
                    for k, v in cards)
     err = f'<p class="down">error: {_esc(data["error"])}</p>' if data.get("error") else ""
+    if data.get("status") == "running":  # `agentrl report --html` on a run still going
+        err += (f'<p>The run is still going: this page shows its results file as of {_esc(data.get("updated", "?"))} '
+                '(rewritten after every step); the run writes its own report.html when it ends.</p>')
     if trained and not any(trained):
         err += ('<p class="down">the policy never changed: every advantage was 0 in every step (each group\'s '
                 'episodes scored alike); the transcripts show why</p>')
@@ -258,6 +261,13 @@ def _limit(name: str, value: Any) -> Any:
     return with_unit(value, unit) if unit and isinstance(value, (int, float)) else value
 
 
+# what the noise table's columns mean (agentrl.eval.noise); the table had only its headers
+NOISE_COLUMNS = ("train: the mean training reward per step; eval: the held-out pass@1 curve. step noise: the noise "
+                 "of one point (sd of the step-to-step differences / sqrt 2). rise: the change of the least-squares line "
+                 "from the first point to the last, with its standard error; t = rise / rise stderr (beyond about 2: "
+                 "a trend larger than the noise). n: points in the series (a trend needs at least 3; n/a below).")
+
+
 def _config_section(data: dict[str, Any]) -> str:
     cfg = data.get("config") or {}
     sandbox = data.get("sandbox") or {}
@@ -272,7 +282,7 @@ def _config_section(data: dict[str, Any]) -> str:
             + f"<h3>Sandbox</h3><p>backend <b>{_esc(sandbox.get('backend', '?'))}</b></p>"
             + _table(["limit", "value"], [[k, _limit(k, v)] for k, v in sorted(limits.items())])
             + ("<h3>Noise analysis</h3>" + _table(["series", "step noise", "rise", "rise stderr", "t", "n"], noise_rows)
-               if noise_rows else "")
+               + f"<p class='muted'>{_esc(NOISE_COLUMNS)}</p>" if noise_rows else "")
             + f"<p class='muted'>created {_esc(data.get('created'))}, updated {_esc(data.get('updated'))}, "
               f"schema version {_esc(data.get('schema_version'))}</p></div></div></section>")
 

@@ -37,11 +37,19 @@ def summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     constant reward) or absent prints as MISSING ("n/a"); this never raises on a schema-valid file,
     including partial (running / interrupted / failed) ones.
     """
+    from agentrl.report.readable import verdict
+
     cfg = data.get("config") or {}
     steps = data.get("steps") or []
+    running = data.get("status") == "running"
+    wall = _fmt_num(data.get("wall_clock_s"), ".1f")
     rows = [("status", str(data.get("status", "?"))), ("model", str(cfg.get("model", "?"))),
             ("env", str(cfg.get("env", "?"))), ("seed", str(data.get("seed", "?"))),
-            ("steps done", str(len(steps))), ("wall clock", _fmt_num(data.get("wall_clock_s"), ".1f") + " s")]
+            ("steps done", str(len(steps))),
+            ("wall clock", f"{wall} s" if wall != MISSING else MISSING + (" (still running)" if running else ""))]
+    if running:  # `agentrl report` on a run still going: say what the figures are
+        rows.append(("note", f"the run is still going: this is its results file as of {data.get('updated', MISSING)} "
+                             "(rewritten after every step); the run draws its own plots and report.html when it ends"))
     if data.get("error"):
         rows.append(("error", str(data["error"])))
     for e in data.get("evaluations") or []:
@@ -49,7 +57,9 @@ def summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"pass@1 {e.get('label')} (step {e.get('step')})",
                      f"{_fmt_iv(e.get('pass_at_1'))}  counts {counts}"))
     for p in data.get("paired") or []:
-        rows.append((f"paired {p.get('after')} - {p.get('before')}", _fmt_iv(p.get("diff"), signed=True)))
+        v = verdict(p.get("diff"))  # the HTML report's words: learned / got worse / no measurable change
+        rows.append((f"paired {p.get('after')} - {p.get('before')}",
+                     _fmt_iv(p.get("diff"), signed=True) + ("" if v.css == "na" else f"  ({v.text})")))
     rows += _partial_credit_rows(data)
     if steps:
         last = steps[-1]

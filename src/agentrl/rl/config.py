@@ -366,7 +366,9 @@ if unknown_train_only := sorted(set(TRAIN_ONLY) - set(FLAT)):
 
 def cli_command(cfg: RLConfig, *, command: str = "train", resume: bool | None = None) -> str:
     """The `agentrl` command line that reproduces `cfg`: every field that differs from its default, as a flag
-    (shell-quoted), e.g. for the "to resume" hint of an interrupted run.
+    (shell-quoted), e.g. for the "to resume" hint of an interrupted run. A preset's run starts with `--preset
+    NAME` and names only what differs from the preset (the quick preset's resume hint spelled out all 15 of its
+    values beside `--preset quick`).
 
     Args:
         resume: override cfg.resume (True appends `--resume`).
@@ -376,8 +378,9 @@ def cli_command(cfg: RLConfig, *, command: str = "train", resume: bool | None = 
     values = cfg.to_flat()
     if resume is not None:
         values["resume"] = resume
-    default = RLConfig().to_flat()
-    parts = ["agentrl", command]
+    preset = values["preset"]
+    default = RLConfig.from_preset(preset).to_flat() if preset in PRESETS else RLConfig().to_flat()
+    parts = ["agentrl", command] + (["--preset", shlex.quote(preset)] if preset in PRESETS else [])
     for name, v in values.items():
         if v == default[name]:
             continue

@@ -94,7 +94,11 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def resume_hint(cfg: RLConfig, out: Path) -> str:
     """How to continue an interrupted or failed run: the command (every non-default setting, then --resume)
-    when a checkpoint exists, else why it cannot be resumed."""
+    when a checkpoint exists, else why it cannot be resumed. A run with no training steps (`agentrl eval`, or
+    train --steps 0) has no checkpoints to resume from: it says to run the command again (an interrupted eval
+    used to be told to pass --checkpoint-every, a flag eval does not take)."""
+    if cfg.run.steps == 0:
+        return "an evaluation is not resumed: run the same command again to evaluate from the start"
     ckpt = latest_checkpoint(out / "checkpoints")
     if ckpt is None:
         return ("no checkpoint was saved, so this run cannot be resumed"
@@ -155,10 +159,11 @@ def record_failure(results: RunResults | None, cfg: RLConfig, out: Path, error: 
     """The run ended by `error`: the results file (if one was opened) marked "interrupted" (Ctrl-C, SIGTERM)
     or "failed", keeping every completed step; the log says why and how to resume."""
     status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+    # Ctrl-C's KeyboardInterrupt has no message: "KeyboardInterrupt:  (results: ...)" read as if one were missing
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     if results is not None:
-        results.finish(status, wall_clock_s=wall_clock_s, error=f"{type(error).__name__}: {error}")
-    log.error("run %s: %s: %s (results: %s)", status, type(error).__name__, error,
-              results.path if results is not None else "none written")
+        results.finish(status, wall_clock_s=wall_clock_s, error=what)
+    log.error("run %s: %s (results: %s)", status, what, results.path if results is not None else "none written")
     hint = memory_hint(cfg, error)
     if hint:
         log.error("%s", hint)

@@ -20,7 +20,7 @@ from agentrl.envs import env_names, get_spec, make_env
 from agentrl.envs.registry import check_env_runs, own_task_source
 from agentrl.models.device import resolve_device, resolve_dtype
 from agentrl.models.load import fit_context_tokens
-from agentrl.preflight import check_output_dir
+from agentrl.preflight import check_output_dir, did_you_mean
 from agentrl.rl.agent_backends import check_agent
 from agentrl.rl.checkpoint import check_checkpoint_root, checkpoint_step, latest_checkpoint
 from agentrl.rl.config import PRESETS, RLConfig
@@ -163,7 +163,8 @@ def plan_run(cfg: RLConfig, *, scaled: bool = False) -> RunPlan:
         raise ValueError("--rollout-workers / --ray-graders need agentrl.scale's sessions: run `agentrl train` (or "
                          "agentrl.scale.train.train_scaled)")
     if cfg.env.name not in env_names():
-        raise ValueError(f"--env {cfg.env.name!r} is not an environment; expected one of {', '.join(env_names())}")
+        raise ValueError(f"--env {cfg.env.name!r} is not an environment{did_you_mean(cfg.env.name, env_names())}; "
+                         f"expected one of {', '.join(env_names())}")
     out = check_output_dir(Path(cfg.run.out).expanduser()).resolve()  # "." and ".." refused before resolving
     resolve_device(cfg.policy.device)
     check_families_apply(cfg, cfg.tasks.source)

@@ -27,6 +27,8 @@ class SmokeConfig:
         episodes: held-out episodes to run.
         max_turns / max_new_tokens / gen_batch / max_context_tokens: rollout limits (turns, tokens per turn,
             episodes per generate call, prompt + completion tokens per episode).
+        families: comma-separated bug-fix families of the held-out tasks ("" = all 19, round robin).
+        temperature: sampling temperature (1.0 = the policy's own distribution).
         show: transcripts to print; seed: tasks, names, sampling.
     """
 
@@ -37,11 +39,15 @@ class SmokeConfig:
     max_new_tokens: int = 64
     gen_batch: int = 8
     max_context_tokens: int = 4096
+    families: str = ""
+    temperature: float = 1.0
     show: int = 2
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_seed(self.seed, "SmokeConfig.seed")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature: expected a number > 0, got {self.temperature}")
 
 
 def _envs_and_tasks(cfg: SmokeConfig) -> tuple[list, Any]:
@@ -57,7 +63,8 @@ def _envs_and_tasks(cfg: SmokeConfig) -> tuple[list, Any]:
     except ImportError:
         sandbox = None  # environments build their default sandbox
     rng = random.Random(cfg.seed)
-    tasks = [randomize_names(t, rng) for t in make_tasks(cfg.episodes, seed=cfg.seed, split="heldout")]
+    families = [f.strip() for f in cfg.families.split(",") if f.strip()] or None
+    tasks = [randomize_names(t, rng) for t in make_tasks(cfg.episodes, families, seed=cfg.seed, split="heldout")]
     pairs = [(make_env(cfg.env, sandbox=sandbox, max_turns=cfg.max_turns), t) for t in tasks]
     return pairs, sandbox
 
@@ -94,7 +101,8 @@ def run_smoke(cfg: SmokeConfig) -> dict[str, Any]:
     env_check = check_env(env0, task0, seed=cfg.seed)
     t1 = time.perf_counter()
     rcfg = RolloutConfig(
-        sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch),
+        sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, gen_batch=cfg.gen_batch,
+                                temperature=cfg.temperature),
         max_context_tokens=context, enable_thinking=cfg.policy.thinking,
     )
     trajs = run_episodes(model, tok, pairs, cfg=rcfg, seed=cfg.seed)

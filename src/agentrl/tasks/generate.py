@@ -13,6 +13,7 @@ import json
 import random
 from collections.abc import Iterator, Sequence
 
+from agentrl.preflight import did_you_mean
 from agentrl.tasks.families import FAMILIES, WRITEUP_FAMILY_NAMES, Family, Spec
 from agentrl.tasks.task import EditOp, Task
 
@@ -172,7 +173,8 @@ def resolve_families(families: Sequence[str] | None) -> list[Family]:
     if not names:
         raise ValueError(f"no task family named (an empty family list); known: {', '.join(FAMILIES)}")
     if unknown:
-        raise ValueError(f"unknown task families {unknown}; known: {', '.join(FAMILIES)}")
+        guesses = "".join(did_you_mean(n, FAMILIES) for n in unknown)
+        raise ValueError(f"unknown task families {unknown}{guesses}; known: {', '.join(FAMILIES)}")
     return [FAMILIES[n] for n in names]
 
 

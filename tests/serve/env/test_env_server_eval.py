@@ -82,6 +82,8 @@ def test_a_missing_model_path_is_refused_before_any_rollout(tmp_path, monkeypatc
     with BackgroundServer(EnvServerConfig(env="python-session", train_size=2, eval_size=2, port=0)) as url:
         with pytest.raises(FileNotFoundError, match=r"'\./no-such-run'.*'/no/such/model'"):
             ev.eval_served(cfg, url, ["tiny-qwen3", "./no-such-run", "/no/such/model"])
+        with pytest.raises(FileNotFoundError, match=r"'no-such-org/no-such-model' not found"):  # not a path either
+            ev.eval_served(cfg, url, ["tiny-qwen3", "no-such-org/no-such-model"])
 
 
 def test_scores_of_finished_models_survive_a_later_failure(tmp_path, monkeypatch):
@@ -97,6 +99,7 @@ def test_scores_of_finished_models_survive_a_later_failure(tmp_path, monkeypatch
         return real(cfg, url, env_name, "tiny-qwen3", tasks, concurrency)
 
     monkeypatch.setattr(ev, "_rollouts", rollouts)
+    monkeypatch.setattr(ev, "check_model_paths", lambda models, allow_download=False: None)  # names, not models
     cfg = RLConfig.from_flat(out=str(tmp_path / "ev"), device="cpu", eval_n=1, max_new_tokens=8)
     with BackgroundServer(EnvServerConfig(env="python-session", train_size=2, eval_size=2, port=0)) as url:
         with pytest.raises(RuntimeError, match="out of memory"):

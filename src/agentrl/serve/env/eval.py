@@ -174,7 +174,7 @@ def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) ->
     specs = fetch_tasks(url, "heldout")[: cfg.eval.size or None]
     if not specs:
         raise ValueError(f"{url}: the held-out split is empty")
-    check_model_paths(models)
+    check_model_paths(models, cfg.policy.allow_download)
     tasks = [stub_task(s) for s in specs]
     ids = [t.id for t in tasks]
     head = {"env_url": url, "env": env_name, "tasks": ids, "eval_n": cfg.eval.n, "alpha": cfg.eval.alpha,
@@ -196,21 +196,21 @@ def eval_served(cfg: Any, url: str, models: list[str], concurrency: int = 16) ->
     return result
 
 
-def check_model_paths(models: list[str]) -> None:
-    """Refuse, before any model is loaded, a list naming a model path that does not exist (every one named).
+def check_model_paths(models: list[str], allow_download: bool = False) -> None:
+    """Refuse, before any model is loaded, a list naming a model that cannot be found (every one named).
 
-    A name written as a path must exist (agentrl.models.load.model_path_missing, the loader's own rule); other
-    names are resolved by the loader. Scoring several models takes minutes per model, so a
-    typo in the last one must not cost the first ones' rollouts.
+    The loader's own rule (agentrl.models.load.model_not_found): a path must exist, and without downloads any
+    other name must be a preset, a fetched model, a folder here or a repo id in the local HF cache. Scoring
+    several models takes minutes per model, so a typo in the last one must not cost the first ones' rollouts.
 
     Raises:
-        FileNotFoundError: one or more model paths are missing.
+        FileNotFoundError: one or more models are missing.
     """
-    from agentrl.models.load import model_path_missing
+    from agentrl.models.load import model_kinds, model_not_found_reason
 
-    missing = [m for m in models if model_path_missing(m)]
-    if missing:
-        raise FileNotFoundError("model path(s) that do not exist: " + ", ".join(repr(m) for m in missing))
+    reasons = [r for m in models if (r := model_not_found_reason(m, allow_download))]
+    if reasons:
+        raise FileNotFoundError(f"models not found (checked before any rollout): {'; '.join(reasons)}. {model_kinds()}")
 
 
 def _write_transcripts(path: Path, model: str, trajs: list) -> None:
