@@ -106,9 +106,10 @@ def test_a_run_folder_without_a_model_says_why(tmp_path):
         load_policy(str(run), "fp32", "cpu")
 
 
-def test_eval_of_a_demo_run_reuses_its_batch_threads_and_episodes(tmp_path):
+def test_eval_of_a_demo_run_reuses_its_batch_threads_episodes_and_sampler(tmp_path):
     """`agentrl eval --model <demo run>` evaluated at the defaults' 2 threads and batch 16 (55 s on the 2-core machine)
-    where the run's own evaluation used 1 thread and batch 32 (7 s): the record now carries them."""
+    where the run's own evaluation used 1 thread and batch 32 (7 s), and with HF generate where the run sampled with
+    the fast sampler (twice as long): the record now carries them."""
     from agentrl.cli.eval import recorded_defaults
     from agentrl.rl.config import RLConfig
     from agentrl.rl.run_record import run_record, write_run_record
@@ -117,7 +118,7 @@ def test_eval_of_a_demo_run_reuses_its_batch_threads_and_episodes(tmp_path):
     write_run_record(tmp_path / "run" / "model", run_record(cfg, 10))
     (tmp_path / "run" / "model" / "config.json").write_text("{}")
     got = recorded_defaults(["--model", str(tmp_path / "run")])
-    assert (got["gen_batch"], got["cpu_threads"], got["eval_n"]) == (32, 1, 4)
+    assert (got["gen_batch"], got["cpu_threads"], got["eval_n"], got["sampler"]) == (32, 1, 4, "fast")
 
 
 @pytest.mark.parametrize("tasks_flag", [["--tasks", "mbpp"], ["--tasks=humaneval"]])

@@ -24,11 +24,12 @@ RECORD_VERSION = 1
 # evaluations used (so `agentrl eval --model <run>` scores what the run's "after" evaluation scored: the demo
 # preset samples at 0.7, and an eval at the default 1.0 read as a different model), the episodes per task, and the
 # generation batch and CPU threads it evaluated with (the demo's evaluation took 55 s at the defaults' 2 threads and
-# batch 16 where the run's own took 7 s at 1 thread and batch 32 on the 2-core machine)
+# batch 16 where the run's own took 7 s at 1 thread and batch 32 on the 2-core machine), and the sampler it evaluated
+# with (the demo's fast sampler: an eval of runs/default with HF generate took twice as long for the same distribution)
 EVAL_REUSED: tuple[str, ...] = ("env", "tasks", "families", "eval_families", "max_turns", "max_new_tokens",
                                 "max_edits", "max_context_tokens", "max_observation_chars", "randomize_names",
                                 "eval_size", "eval_n", "temperature", "top_k", "top_p", "thinking", "gen_batch",
-                                "cpu_threads")
+                                "cpu_threads", "sampler")
 
 
 def run_record(cfg: Any, step: int) -> dict[str, Any]:
