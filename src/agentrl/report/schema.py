@@ -180,8 +180,9 @@ _TASK = _d({"type": "object", "required": ["task_id", "successes", "trials"], "p
                         "fractional rewards)", "1"),
 }}, "one held-out task's counts", "object")
 
-# Readers index these keys (the HTML report's per-family table): an entry without them was a KeyError traceback
-_FAMILY = _d({"type": "object", "required": ["tasks", "episodes", "trials", "successes"], "properties": {
+# Readers index these keys (the HTML report's per-family rates): an entry without them was a KeyError traceback;
+# tasks and episodes are read with a default, and results files that name neither (hand-made ones) stay valid
+_FAMILY = _d({"type": "object", "required": ["trials", "successes"], "properties": {
     "tasks": _d({"type": "integer", "minimum": 0}, "tasks of the family", "count"),
     "episodes": _d({"type": "integer", "minimum": 0}, "episodes run on them", "count"),
     "trials": _d({"type": "integer", "minimum": 0}, "scorable episodes", "count"),
