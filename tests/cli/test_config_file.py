@@ -323,3 +323,13 @@ def test_sft_reads_true_and_false_as_its_flags_do(tmp_path, capsys):
     assert main(["sft", "--config", str(path), "--print-config"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert {"random_op: true", "lora_merge: false", "agent_isolation: none"} <= set(out)
+
+
+def test_sft_print_config_refuses_what_the_run_would_refuse(capsys):
+    """`agentrl sft --print-config --lr nan` printed a file that --config then refused: the configs are built (and
+    checked) before printing, as train's are."""
+    assert main(["sft", "--lr", "nan", "--print-config"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "agentrl sft: error: bad SFTConfig: need lr > 0" in out.err
+    assert main(["sft", "--lr", "3e-5", "--print-config"]) == 0
+    assert "\nlr: 3.0e-05\n" in capsys.readouterr().out

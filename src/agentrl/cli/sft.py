@@ -86,12 +86,9 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """CLI entry: split `args` into SFTRunConfig + SFTConfig and run; exit code 0 on success."""
-    if args.print_config:
-        from agentrl.cli.config_file import dump_parser_config
-
-        print(dump_parser_config(args.parser, args), end="")
-        return 0
+    """CLI entry: split `args` into SFTRunConfig + SFTConfig and run (or, with --print-config, print them once both
+    are built, so a value the run would refuse is refused here too, as `train --print-config` does); exit code 0
+    on success."""
     from agentrl.models.device import resolve_dtype
 
     policy = policy_from_args(args)
@@ -102,5 +99,11 @@ def main(args: argparse.Namespace) -> int:
     own = {f.name: getattr(args, f.name) for f in fields(SFTRunConfig) if f.name != "policy"}
     knobs = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if hasattr(args, f.name)}
     cfg = SFTConfig(**knobs, autocast_bf16=dtype == "bf16")
-    run_sft(SFTRunConfig(policy=replace(policy, dtype=dtype), **own), cfg)
+    run_cfg = SFTRunConfig(policy=replace(policy, dtype=dtype), **own)
+    if args.print_config:
+        from agentrl.cli.config_file import dump_parser_config
+
+        print(dump_parser_config(args.parser, args), end="")
+        return 0
+    run_sft(run_cfg, cfg)
     return 0
