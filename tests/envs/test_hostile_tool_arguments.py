@@ -86,7 +86,7 @@ def test_code_nested_too_deeply_to_parse_is_run_and_graded_not_an_env_error(code
 def test_the_repository_stays_bounded_however_many_files_runs_write(minmax_task, sandbox):
     """A script writing 20,000 files took a minute per Bash call to take back and hand to every later run (the
     files all came in): the repository keeps at most what one run hands back (MAX_READ_BACK_FILES files), and a
-    later run's new files past that stay out, said so in the output."""
+    later run's new files past that stay out, and files a run did not hand back at all, said so in the output."""
     from agentrl.envs.coding_tools import CodingToolsEnv
     from agentrl.sandbox.process import MAX_READ_BACK_FILES
 
@@ -94,8 +94,11 @@ def test_the_repository_stays_bounded_however_many_files_runs_write(minmax_task,
     env.reset(minmax_task)
     script = ("import sys\nfor i in range(int(sys.argv[1])):\n    open(f'{sys.argv[2]}{i:05d}.txt', 'w').write('x')\n")
     env.step([c("Write", file_path="/repo/w.py", content=script)])
+    before = len(env.files)  # the task's files and w.py stay; of the new files, MAX_READ_BACK_FILES - before fit
     (r,) = env.step([c("Bash", command=f"python w.py {MAX_READ_BACK_FILES + 500} a")]).results
     assert r.status == "ok" and len(env.files) == MAX_READ_BACK_FILES
+    # the run handed back MAX_READ_BACK_FILES of its files; the rest were not read back, and the output says so
+    assert f"[{500 + before} files the command wrote were not kept" in r.content  # the new ones that did not fit
     assert "stack_peak.py" in env.files and "w.py" in env.files
     over = CodingToolsEnv._take_back(env, {"z.txt": "z", "a00000.txt": "changed"})  # full: only changes come in
     assert over == 1 and "z.txt" not in env.files and env.files["a00000.txt"] == "changed"

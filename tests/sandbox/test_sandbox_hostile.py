@@ -211,14 +211,18 @@ def _job_dirs(root):
 def test_what_a_run_hands_back_is_bounded_in_files_and_bytes(sb):
     """A run that wrote 20,000 files handed them all back (a minute to take in, then to every later run), and
     1 MiB files at hundreds a second put gigabytes into the caller: read_back returns at most
-    MAX_READ_BACK_FILES files and MAX_READ_BACK_BYTES bytes, in a fixed order, the others left out, not deleted."""
+    MAX_READ_BACK_FILES files and MAX_READ_BACK_BYTES bytes, in a fixed order, the others left out, not deleted,
+    and counted (RunResult.files_left_out), so the caller can say so."""
     from agentrl.sandbox.process import MAX_READ_BACK_BYTES, MAX_READ_BACK_FILES
 
     code = f"for i in range({MAX_READ_BACK_FILES + 500}):\n    open(f'f{{i:05d}}.txt', 'w').write('x')\n"
     r = run_py(sb, code, return_files=True)
     assert len(r.files) == MAX_READ_BACK_FILES and r.deleted == ()
+    assert len(r.files_left_out) == 501 and r.files_left_out[-1] == "f02499.txt"  # a.py, 2,500 written, 2,000 back
+    assert not set(r.files_left_out) & set(r.files)
     assert sorted(r.files)[:2] == ["a.py", "f00000.txt"]  # names sorted: the given file, then the first written
     big = "for i in range(40):\n    open(f'b{i:02d}.txt', 'w').write('y' * ((1 << 20) - 1))\n"
     r = run_py(sb, big, return_files=True)
     assert sum(len(t) for t in r.files.values()) <= MAX_READ_BACK_BYTES < 40 * ((1 << 20) - 1)
-    assert "a.py" in r.files and r.deleted == ()
+    assert "a.py" in r.files and r.deleted == () and len(r.files_left_out) == 41 - len(r.files) > 0
+    assert run_py(sb, "print(1)", return_files=True).files_left_out == ()

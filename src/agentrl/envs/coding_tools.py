@@ -335,6 +335,8 @@ class CodingToolsEnv(SourceGradedEnv):
             self._bump(hit.stat)
         if result.error and not result.timed_out:  # the sandbox could not run the command at all
             raise BashError(_format_run(result))
+        # new files the run did not hand back at all (one run hands back as much as the repository holds)
+        over += sum(path not in self.files for path in result.files_left_out)
         notice = (f"\n[{over} files the command wrote were not kept: the repository holds at most "
                   f"{MAX_READ_BACK_FILES} files and {MAX_READ_BACK_BYTES >> 20} MiB]") if over else ""
         return _format_run(result) + notice, result.exit_code == 0 and not result.timed_out, cwd

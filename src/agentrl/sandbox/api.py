@@ -94,6 +94,9 @@ class RunResult:
         limits_hit: the limits the run reached, each with its one wording (LimitHit.notice).
         deleted: with files, the given files the run removed (sorted paths; a given file that is still there
             but not returned, e.g. turned into a link or a binary, is not among them), else ().
+        files_left_out: with files, the files in the work dir that did not come back because what one run hands
+            back is capped (agentrl.sandbox.process.MAX_READ_BACK_FILES files, MAX_READ_BACK_BYTES bytes of
+            text; paths in walk order, given files among them); they are not deleted either. () otherwise.
     """
 
     exit_code: int | None
@@ -107,6 +110,7 @@ class RunResult:
     error: str | None = None
     limits_hit: tuple[LimitHit, ...] = ()
     deleted: tuple[str, ...] = ()
+    files_left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

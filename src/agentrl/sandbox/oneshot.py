@@ -36,6 +36,7 @@ class RawRun:
     files: dict[str, str] | None = None
     error: str | None = None
     present: frozenset[str] | None = None  # with files: what read_back's walk met (its `present`; see `gone`)
+    left_out: tuple[str, ...] = ()  # with files: files read_back did not return because its caps were reached
 
 
 def parse_events(raw: bytes, marker: str) -> list[dict]:
@@ -82,10 +83,11 @@ def finish(cap: Capture, marker: str, exit_code: int | None, timed_out: bool, t0
     out, cut_out = cap.text("stdout")
     err, cut_err = cap.text("stderr")
     present: set[str] = set()
-    files = read_back(workdir, uid, present=present) if return_files else None
+    left_out: list[str] = []
+    files = read_back(workdir, uid, present=present, left_out=left_out) if return_files else None
     return RawRun(exit_code, out, err, cut_out or cut_err, timed_out, time.monotonic() - t0,
                   parse_events(bytes(cap.data["result"]), marker), files, error,
-                  frozenset(present) if return_files else None)
+                  frozenset(present) if return_files else None, tuple(left_out))
 
 
 def run_fresh(backend: Backend, files: dict[str, str], kind: str, limits: dict, timeout_s: float,

@@ -338,7 +338,7 @@ MAX_READ_BACK_BYTES = 32 << 20  # and bytes of their text: a run that wrote 20,0
 
 def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
               present: set[str] | None = None, max_files: int = MAX_READ_BACK_FILES,
-              max_total_bytes: int = MAX_READ_BACK_BYTES) -> dict[str, str]:
+              max_total_bytes: int = MAX_READ_BACK_BYTES, left_out: list[str] | None = None) -> dict[str, str]:
     """The work dir's UTF-8 text files after a run (path -> text), never following links.
 
     `present`, when given, receives the relative path of every entry that is not a folder the walk entered:
@@ -352,7 +352,8 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
     path `file_path_problem` refuses (a name of non-UTF-8 bytes, read as lone surrogates that no tokenizer
     or strict JSON writer takes; a control character; too long or too deep), which no later job could be
     given back and no observation could show. At most `max_files` files and `max_total_bytes` bytes of text
-    come back, in walk order (folders top-down, names sorted); the others are skipped (still `present`).
+    come back, in walk order (folders top-down, names sorted); the others are skipped (still `present`, and
+    appended to `left_out` when given, so the caller can say so).
     """
     out: dict[str, str] = {}
     total = 0
@@ -378,13 +379,27 @@ def read_back(workdir: str, uid: int | None, max_file_bytes: int = 1 << 20,
             rel = os.path.relpath(path, workdir)
             if present is not None:
                 present.add(rel)
-            full = len(out) >= max_files or total >= max_total_bytes
-            text = None if full or cache or file_path_problem(rel) else \
-                _read_text(path, uid, min(max_file_bytes, max_total_bytes - total))
+            if cache or file_path_problem(rel):
+                continue
+            budget = max_total_bytes - total
+            full = len(out) >= max_files or budget <= 0
+            text = None if full else _read_text(path, uid, min(max_file_bytes, budget))
+            if text is None and left_out is not None and (size := _regular_size(path)) is not None \
+                    and size <= max_file_bytes and (full or size > budget):
+                left_out.append(rel)  # a regular file the caps left out (not a link, nor a file too large alone)
             if text is not None:
                 out[rel] = text
                 total += len(text.encode("utf-8"))
     return out
+
+
+def _regular_size(path: str) -> int | None:
+    """The size in bytes of the regular file at `path` (links not followed), or None for anything else."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if st.st_mode & 0o170000 == 0o100000 else None
 
 
 def _read_text(path: str, uid: int | None, max_file_bytes: int) -> str | None:

@@ -143,7 +143,7 @@ class Sandbox:
         deleted = () if raw.present is None or given is None else tuple(sorted(
             p for p in given if gone(p, raw.present)))
         return RunResult(raw.exit_code, raw.stdout, raw.stderr, raw.timed_out, raw.wall_clock_s,
-                         raw.truncated, self.backend, raw.files, raw.error, hits, deleted)
+                         raw.truncated, self.backend, raw.files, raw.error, hits, deleted, raw.left_out)
 
     def run(self, files: dict[str, str], argv: list[str], *, timeout_s: float | None = None,
             return_files: bool = False) -> RunResult:
