@@ -96,18 +96,26 @@ def add_field_flag(parser: Any, f: dataclasses.Field, kind: Any, default: Any, h
     elif "choices" in f.metadata:
         bools = f.metadata.get("bools")  # a former boolean flag: bare `--flag` and `--no-flag` keep working
         bare = {"nargs": "?", "const": bools[0]} if bools else {}
-        parser.add_argument(*flags, choices=f.metadata["choices"], type=f.metadata.get("type", str),
+        parser.add_argument(*flags, choices=f.metadata["choices"], type=_reader(f, f.metadata["choices"], name),
                             default=default, dest=name, help=help_, **bare)
         if bools:
             parser.add_argument(f"--no-{name.replace('_', '-')}", f"--no_{name}", dest=name, action="store_const",
                                 const=bools[1], help=f"{flags[0]} {bools[1]}.")
     elif typing.get_origin(kind) is Literal:
         choices = typing.get_args(kind)
-        read = switch_arg(choices, *f.metadata["switch"], name) if "switch" in f.metadata else str
-        parser.add_argument(*flags, choices=choices, type=read, default=default, dest=name, help=help_)
+        parser.add_argument(*flags, choices=choices, type=_reader(f, choices, name), default=default, dest=name,
+                            help=help_)
     else:
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
         parser.add_argument(*flags, type=base, default=default, dest=name, help=help_)
+
+
+def _reader(f: dataclasses.Field, choices: Any, name: str) -> Any:
+    """The `type=` of a choice field's flag: its own converter (metadata "type"), else its `switch` reader
+    (true / false and their spellings read as its on / off choice: switch_arg), else str."""
+    if "type" in f.metadata:
+        return f.metadata["type"]
+    return switch_arg(tuple(choices), *f.metadata["switch"], name) if "switch" in f.metadata else str
 
 
 class RLConfigParser(AgentrlParser):

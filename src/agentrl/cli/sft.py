@@ -18,11 +18,11 @@ from agentrl.rl.sections import AGENT_ISOLATION, switch_arg
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.run import SFTRunConfig, run_sft
 
-# the SFTConfig fields' help (their docstring's Attributes, as flag help)
 # SFTConfig's counts, checked by their flags at parse (SFTConfig refused them later as "bad SFTConfig: epochs, batch,
 # micro must be >= 1 ...", without naming the one given)
 SFT_INT_TYPES: dict[str, Any] = {"epochs": positive_int, "batch": positive_int, "micro": positive_int,
                                  "max_tokens": positive_int, "warmup_steps": non_negative_int}
+# the SFTConfig fields' help (their docstring's Attributes, as flag help)
 SFT_HELP: dict[str, str] = {
     "epochs": "passes over the trajectories", "lr": "AdamW peak learning rate (linear warmup, cosine decay)",
     "batch": "trajectories per optimizer step", "micro": "trajectories per forward/backward (same gradient)",

@@ -28,7 +28,8 @@ def flag_field(default: Any, help: str, choices: tuple[str, ...] | None = None, 
     `bools` the values a bare `--flag` and `--no-flag` set, for a field with choices that was a boolean
     flag (compile_layers: ("on", "off")), `switch` the choices that true and false (and their spellings: a
     config file's YAML on/off/yes/no, JSON's 1/0) read as, (None, off) where no choice means on
-    (agentrl.rl.sections.read_switch; RLConfig applies it to every such field)."""
+    (agentrl.rl.sections.read_switch; RLConfig applies it to every such field, and it is the flag's `type` when
+    none is given)."""
     meta: dict[str, Any] = {"help": help}
     if choices is not None:
         meta["choices"] = list(choices)

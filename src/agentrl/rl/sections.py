@@ -136,9 +136,7 @@ class AgentSection:
     max_calls: int = flag_field(16, "Model calls per black-box episode, enforced by the policy server (over it: "
                                   "unscorable).", flat="agent_max_calls")
     isolation: str = flag_field("auto", "Harness sandbox: auto (bubblewrap where usable) | bwrap | none (false/off "
-                                "read as none).", AGENT_ISOLATION, switch_arg(AGENT_ISOLATION, None, "none",
-                                                                               "agent_isolation"),
-                                flat="agent_isolation", switch=(None, "none"))
+                                "read as none).", AGENT_ISOLATION, flat="agent_isolation", switch=(None, "none"))
     binary: str = flag_field("", "Path of the harness binary (empty: $AGENTRL_OPENCODE, .venv/opencode, PATH).", flat="agent_binary")
 
 
@@ -283,8 +281,7 @@ class AsyncSection:
                                "it trains (0 = rollouts and updates alternate: identical to the synchronous run).")
     is_correction: str = flag_field("stale", "Truncated importance-sampling correction against the sampler's log-probs: "
                                      "stale (batches sampled by older weights) | always | off (false read as off).",
-                                    IS_CORRECTION, switch_arg(IS_CORRECTION, None, "off", "is_correction"),
-                                    switch=(None, "off"))
+                                    IS_CORRECTION, switch=(None, "off"))
     is_cap: float = flag_field(2.0, "Truncation cap of the importance ratio pi_proximal / pi_sampler (verl's default 2.0).")
 
 
