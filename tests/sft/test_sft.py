@@ -18,7 +18,7 @@ from agentrl.sft.data import (
     messages_trajectory,
     save_trajectories,
 )
-from agentrl.sft.trainer import SFTConfig, lr_factor, policy_nll, save_policy, sft
+from agentrl.sft.trainer import SFTConfig, lr_factor, planned_steps, policy_nll, save_policy, sft, trainable
 
 TEMPLATES = ("qwen3-tokenizer", "qwen3-tokenizer-current")
 
@@ -229,6 +229,23 @@ def test_microbatching_keeps_the_loss_and_update(tokenizers, sandbox, tasks):
     assert out[0][0] == pytest.approx(out[1][0], rel=1e-5)
     assert out[0][1] == pytest.approx(out[1][1], rel=1e-4)
     assert torch.allclose(out[0][2], out[1][2], atol=1e-6)
+
+
+def test_the_planned_steps_are_those_sft_takes_when_trajectories_are_dropped(tokenizers, sandbox, tasks):
+    """run_sft's steps_planned and the warm start's progress total count the trajectories sft() keeps (policy
+    tokens within max_tokens), not all of them: 5 expert trajectories of which 2 are too long, batch 2, 2 epochs."""
+    from dataclasses import replace
+
+    tok = tokenizers["qwen3-tokenizer"]
+    trajs = expert_trajectories("edit-menu", tasks[:3], tok, random_op=True, sandbox=sandbox)
+    limit = max(len(t.prompt_ids) + len(t.completion_ids) for t in trajs)
+    long = [replace(t, prompt_ids=tuple(t.prompt_ids) + (tok.pad_token_id,) * limit) for t in trajs[:2]]
+    cfg = SFTConfig(epochs=2, batch=2, lr=1e-3, warmup_steps=0, max_tokens=limit)
+    kept = trainable(trajs + long, cfg.max_tokens)
+    assert len(kept) == 3 and planned_steps(len(kept), cfg) == 4  # ceil(3 / 2) x 2, not ceil(5 / 2) x 2 = 6
+    model, _ = load_policy("tiny-qwen3", seed=0)
+    m = sft(model, trajs + long, cfg, pad_id=tok.pad_token_id)
+    assert len(m.steps) == planned_steps(len(kept), cfg) and m.dropped == 2
 
 
 def test_sft_lowers_expert_nll_and_reloads(tokenizers, sandbox, tasks, tmp_path):

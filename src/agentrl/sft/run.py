@@ -214,7 +214,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     from agentrl.report.results import atomic_write_json, to_json_ready, versions
     from agentrl.rl.update import enable_gradient_checkpointing
     from agentrl.sft.data import save_trajectories
-    from agentrl.sft.trainer import policy_nll, save_policy
+    from agentrl.sft.trainer import planned_steps, policy_nll, save_policy, trainable
 
     if run.save_jsonl:  # before the model loads and the expert plays, not after
         from agentrl.preflight import check_output_file
@@ -237,7 +237,8 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
     trajs = _trajectories(run, cfg, tok, model)
     if not trajs:
         raise ValueError(f"no trajectories to train on (from {run.from_jsonl or 'expert episodes'!r})")
-    if not any(t.num_policy_tokens and len(t.prompt_ids) + len(t.completion_ids) <= cfg.max_tokens for t in trajs):
+    kept = len(trainable(trajs, cfg.max_tokens))
+    if not kept:
         shortest = min(len(t.prompt_ids) + len(t.completion_ids) for t in trajs)  # sft() refused it after --out moved
         raise ValueError(f"--max-tokens {cfg.max_tokens}: none of the {len(trajs)} trajectories (from "
                          f"{run.from_jsonl or 'expert episodes'}) with policy tokens fits; the shortest has {shortest} "
@@ -263,7 +264,7 @@ def run_sft(run: SFTRunConfig, cfg: SFTConfig) -> dict[str, Any]:
                            target_modules=run.lora_target_modules, seed=cfg.seed,
                            base=str(base.resolve()) if base.exists() else run.policy.model)
     pad = tok.pad_token_id
-    steps = -(-len(trajs) // cfg.batch) * cfg.epochs
+    steps = planned_steps(kept, cfg)  # sft()'s count: only the trajectories that fit are batched
     # a 135M model on 2 CPU cores spends minutes here before the first step's line: say what is running
     log.info("policy NLL before training (a forward pass over the %d trajectories), then %d optimizer steps",
              len(trajs), steps)

@@ -115,6 +115,17 @@ class SFTMetrics:
         return asdict(self) | {"losses": self.losses}
 
 
+def trainable(trajectories: Sequence[Trajectory], max_tokens: int) -> list[Trajectory]:
+    """The trajectories `sft` trains on: those with a policy token whose prompt + completion fit `max_tokens`."""
+    return [t for t in trajectories if t.num_policy_tokens > 0 and len(t.prompt_ids) + len(t.completion_ids)
+            <= max_tokens]
+
+
+def planned_steps(n_trajectories: int, cfg: SFTConfig) -> int:
+    """Optimizer steps `sft` takes over `n_trajectories` trainable ones: ceil(n / batch) per epoch."""
+    return math.ceil(n_trajectories / cfg.batch) * cfg.epochs
+
+
 def sft(
     model: nn.Module,
     trajectories: Sequence[Trajectory],
@@ -149,8 +160,7 @@ def sft(
         raise ValueError(f"sft: unknown SFTConfig field(s) {sorted(unknown)}")
     cfg = replace(cfg or SFTConfig(), **knobs)
     t0 = time.perf_counter()
-    keep = [t for t in trajectories if t.num_policy_tokens > 0 and len(t.prompt_ids) + len(t.completion_ids)
-            <= cfg.max_tokens]
+    keep = trainable(trajectories, cfg.max_tokens)
     metrics = SFTMetrics(dropped=len(trajectories) - len(keep), trained_trajectories=len(keep),
                          policy_tokens=sum(t.num_policy_tokens for t in keep),
                          tokens=sum(len(t.prompt_ids) + len(t.completion_ids) for t in keep))
@@ -162,7 +172,7 @@ def sft(
     optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=tuple(cfg.betas),
                       weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(keep) / cfg.batch)
-    total = per_epoch * cfg.epochs
+    total = planned_steps(len(keep), cfg)
     step = 0
     for epoch in range(cfg.epochs):
         order = list(range(len(keep)))

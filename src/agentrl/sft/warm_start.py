@@ -74,7 +74,7 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
     """
     from agentrl.rl.run_setup import env_kwargs
     from agentrl.sft.data import expert_trajectories
-    from agentrl.sft.trainer import policy_nll, sft
+    from agentrl.sft.trainer import planned_steps, policy_nll, sft, trainable
 
     cfg, t0 = sess.cfg, time.perf_counter()
     tasks = list(sess.tasks.train[: cfg.warm_start.tasks])
@@ -97,7 +97,7 @@ def sft_warm_start(sess: Any) -> dict[str, Any]:
                     cfg.sampling.max_new_tokens, longest)
     pad = sess.pad_id
     nll_before = policy_nll(sess.model, trajs, pad, micro=scfg.micro)
-    total = -(-len(trajs) // scfg.batch) * scfg.epochs
+    total = planned_steps(len(trainable(trajs, scfg.max_tokens)), scfg)  # the steps sft() takes
     bar = sess.progress.add_task("warm start: sft steps", total=total, unit="steps")
 
     def on_step(rec: dict[str, float]) -> None:
