@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import ast
 import secrets
-import warnings
 
 from agentrl.sandbox.api import AGENT_VALUE, TestJob
+from agentrl.tasks.mbpp import parse_source
 
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -179,18 +179,6 @@ def hardened_job(cells: list[str], module: str, tests: tuple[str, ...], setup: s
                    isolate=True, entry_names=tuple(extra_names))
 
 
-def parse_quietly(source: str) -> ast.Module:
-    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code.
-
-    Raises:
-        SyntaxError: `source` is not Python, or is nested too deeply for the parser (`x = ---...1` raised
-            MemoryError and `y.a.a...a` RecursionError from ast.parse: a 100 kB run_python cell or graded file
-            ended the episode as env_error, unscorable, where the compiler refuses it as a SyntaxError).
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            return ast.parse(source)
-        except (MemoryError, RecursionError) as e:
-            raise SyntaxError(f"the code is nested too deeply to parse ({type(e).__name__})") from None
+# ast.parse without SyntaxWarnings, and code nested too deeply for the parser a SyntaxError (a 100 kB run_python
+# cell or graded file had ended the episode as env_error, unscorable): the task loaders' parser, one function
+parse_quietly = parse_source

@@ -192,11 +192,13 @@ def load_mbpp(path: str | os.PathLike | None = None, split: str | None = None, s
 
 
 def parse_source(source: str) -> ast.Module:
-    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code.
+    """ast.parse without SyntaxWarnings for invalid escapes in (dataset or agent) code; the environments' parser
+    too (agentrl.envs.session_grader.parse_quietly).
 
     Raises:
         SyntaxError: not Python, or nested too deeply for the parser (ast.parse's MemoryError on `x = ---...1`
-            and RecursionError on `y.a.a...a` ended `env check mbpp --data` with a traceback).
+            and RecursionError on `y.a.a...a` ended `env check mbpp --data` with a traceback, and a run_python
+            cell or graded file the episode as env_error).
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
